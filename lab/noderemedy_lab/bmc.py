@@ -1,0 +1,195 @@
+"""The lab's BMCs: one OpenIPMI ``ipmi_sim`` per node on 127.0.0.1, power kept in a file.
+
+Each BMC gets its own directory ``<devices>/bmc/<node>/`` with ``lan.conf`` (rendered from
+``data/lan.conf.in``), a fresh ``state/`` directory (``ipmi_sim -s``: users changed over IPMI persist
+there, lab reference pitfall 4) and the node directory read by the ``chassis_control`` hook
+(``data/chassis_control.sh``): ``power`` (1 on, 0 off), ``power.log`` (``<epoch seconds> <0|1>`` per
+power set), ``events.log`` (reset/boot/identify requests and power-hook failures) and, when the lab
+has a power hook, the executable ``power_hook`` wrapper.
+
+How ipmi_sim (OpenIPMI 2.0.33) drives the hook, observed with ipmitool 1.8.19 on this lab:
+``chassis power off|on`` -> ``set power 0|1``; ``chassis power cycle`` -> ``set power 0`` and about one
+second later ``set power 1``; ``chassis power reset`` -> ``set reset 1`` (power unchanged, logged as an
+event); ``chassis power soft`` -> ``set shutdown 1`` (recorded as power off). ipmi_sim waits for the
+hook, so the wrapper bounds the lab's power hook with ``timeout``.
+
+Privileges: ipmi_sim grants a session the privilege level the client *requests* (it does not cap it
+at the user's limit from ``lan.conf``), so the USER account ``viewer`` is refused power control only
+in a session opened at USER level (``ipmitool -L USER``; lab reference pitfall 3).
+"""
+
+from __future__ import annotations
+
+import secrets
+import shlex
+import shutil
+import uuid
+from collections.abc import Callable
+from importlib import resources
+from pathlib import Path
+from string import Template
+
+from .config import LabConfig
+from .procs import ComponentError, Proc, Supervisor, require_binary, require_port_free, udp_listening
+
+#: Readiness waits deferred by the start functions: (process, ready predicate, timeout in seconds).
+Pending = list[tuple[Proc, Callable[[], bool], float]]
+
+#: Seconds the lab's power hook may take before the chassis_control wrapper gives up on it.
+POWER_HOOK_TIMEOUT = 10
+#: Seconds to wait for an ipmi_sim to listen.
+BMC_READY_TIMEOUT = 20.0
+#: The cipher suite every lab client must use (lab reference pitfall 1).
+CIPHER = 3
+
+_UNSAFE = set(" \t\r\n\"'\\$`")
+
+
+def data_path(name: str) -> Path:
+    """Path of a file shipped in ``noderemedy_lab/data``."""
+    return Path(str(resources.files("noderemedy_lab") / "data" / name))
+
+
+def check_safe_path(path: Path, component: str) -> None:
+    """ComponentError naming ``component`` if ``path`` holds whitespace, quotes, ``$``, backslash or backtick.
+
+    Such paths end up in ipmi_sim's ``lan.conf`` and snmpd's ``pass_persist`` lines, which have no
+    reliable quoting.
+    """
+    bad = sorted(set(str(path)) & _UNSAFE)
+    if bad:
+        raise ComponentError(
+            component, f"path {str(path)!r} contains characters the peer cannot quote: {bad!r}"
+        )
+
+
+def new_password() -> str:
+    """A fresh random password: 16 hex characters (IPMI 1.5 allows at most 16 bytes)."""
+    return secrets.token_hex(8)
+
+
+def render_lan_conf(
+    *, name: str, port: int, hook: Path, node_dir: Path, admin: str, oper: str, viewer: str
+) -> str:
+    """Text of one BMC's ``lan.conf`` (users ``admin``/ADMIN, ``oper``/OPERATOR, ``viewer``/USER)."""
+    template = Template(data_path("lan.conf.in").read_text())
+    return template.substitute(
+        name=name,
+        port=port,
+        guid=uuid.uuid4().hex,
+        hook=hook,
+        node_dir=node_dir,
+        admin_password=admin,
+        oper_password=oper,
+        viewer_password=viewer,
+    )
+
+
+def render_power_hook(power_hook: list[str], node_name: str) -> str:
+    """Text of the ``power_hook`` wrapper: runs ``power_hook + [node_name, "0"|"1"]`` under ``timeout``."""
+    argv = ["timeout", str(POWER_HOOK_TIMEOUT), *power_hook, node_name]
+    return (
+        "#!/bin/sh\n# lab power hook of "
+        + node_name
+        + " (written by noderemedy_lab.bmc)\nexec "
+        + shlex.join(argv)
+        + ' "$1"\n'
+    )
+
+
+def validate_power_hook(power_hook: list[str] | None) -> None:
+    """ComponentError (component ``bmc``) unless ``power_hook`` is None or a non-empty list of strings
+    whose first item is an executable."""
+    if power_hook is None:
+        return
+    if not isinstance(power_hook, list) or not power_hook or not all(isinstance(a, str) for a in power_hook):
+        raise ComponentError("bmc", f"power_hook: expected a non-empty list of strings, got {power_hook!r}")
+    if shutil.which(power_hook[0]) is None:
+        raise ComponentError("bmc", f"power_hook: {power_hook[0]!r} is not an executable")
+
+
+def wait_or_defer(
+    sup: Supervisor, proc: Proc, ready: Callable[[], bool], timeout: float, pending: Pending | None
+) -> None:
+    """Wait until ``ready()`` (ComponentError as :meth:`Supervisor.wait_ready`), or append the wait to
+    ``pending`` so that several peers start in parallel and the caller waits on them afterwards."""
+    if pending is None:
+        sup.wait_ready(proc, ready, timeout)
+    else:
+        pending.append((proc, ready, timeout))
+
+
+def start_bmcs(
+    sup: Supervisor,
+    cfg: LabConfig,
+    base: Path,
+    node_names: list[str],
+    power_hook: list[str] | None,
+    pending: Pending | None = None,
+) -> dict[str, dict]:
+    """Start one ipmi_sim per node under ``base/bmc`` and wait until each listens on UDP.
+
+    Args:
+        sup: the supervisor that owns the processes (named ``bmc <node>``).
+        cfg: ports come from ``cfg.bmc_port(i)`` for ``node_names[i]``.
+        base: the devices directory.
+        node_names: the nodes, in index order.
+        power_hook: argv run as ``power_hook + [node, "0"|"1"]`` after every power set, or None.
+        pending: if given, readiness waits are appended to it instead of done here (see
+            :func:`wait_or_defer`); the BMCs are then not yet known to listen on return.
+
+    Returns:
+        ``{node: {"host", "port", "username", "password", "operator": {...}, "user": {...},
+        "cipher": 3, "power_file", "power_log"}}`` (see :func:`noderemedy_lab.devices.start_devices`).
+
+    Raises:
+        ComponentError: ``bmc`` for a missing ipmi_sim or bad power hook, ``bmc <node>`` for a taken
+            port or an ipmi_sim that exits or does not listen within ``BMC_READY_TIMEOUT`` seconds.
+    """
+    ipmi_sim = require_binary("ipmi_sim", "bmc", "openipmi")
+    require_binary("timeout", "bmc", "coreutils")
+    validate_power_hook(power_hook)
+    hook = data_path("chassis_control.sh")
+    emu = data_path("bmc.emu")
+    check_safe_path(hook, "bmc")
+    check_safe_path(base, "bmc")
+    bmcs: dict[str, dict] = {}
+    for i, node in enumerate(node_names):
+        component = f"bmc {node}"
+        port = cfg.bmc_port(i)
+        require_port_free(port, component, "udp")
+        run_dir = base / "bmc" / node
+        if run_dir.exists():
+            shutil.rmtree(run_dir)  # a fresh state dir per run (pitfall 4)
+        node_dir = run_dir / "node"
+        (run_dir / "state").mkdir(parents=True)
+        node_dir.mkdir()
+        (node_dir / "power").write_text("1\n")
+        (node_dir / "power.log").touch()
+        (node_dir / "events.log").touch()
+        if power_hook is not None:
+            wrapper = node_dir / "power_hook"
+            wrapper.write_text(render_power_hook(power_hook, node))
+            wrapper.chmod(0o755)
+        creds = {"admin": new_password(), "oper": new_password(), "viewer": new_password()}
+        conf = run_dir / "lan.conf"
+        conf.write_text(render_lan_conf(name=f"bmc-{node}", port=port, hook=hook, node_dir=node_dir, **creds))
+        conf.chmod(0o600)
+        proc = sup.start(
+            component,
+            [ipmi_sim, "-c", str(conf), "-f", str(emu), "-s", str(run_dir / "state"), "-n"],
+            cwd=run_dir,
+        )
+        wait_or_defer(sup, proc, lambda port=port: udp_listening(port), BMC_READY_TIMEOUT, pending)
+        bmcs[node] = {
+            "host": "127.0.0.1",
+            "port": port,
+            "username": "admin",
+            "password": creds["admin"],
+            "operator": {"username": "oper", "password": creds["oper"]},
+            "user": {"username": "viewer", "password": creds["viewer"]},
+            "cipher": CIPHER,
+            "power_file": str(node_dir / "power"),
+            "power_log": str(node_dir / "power.log"),
+        }
+    return bmcs

@@ -1,0 +1,264 @@
+"""Build the lab's Kubernetes binaries from the Go module proxy, cached outside the repository.
+
+No package registry ships kube-apiserver. The Go module proxy serves ``k8s.io/kubernetes``, but its
+go.mod lists every staging module (``k8s.io/api``, ``k8s.io/client-go``...) at v0.0.0 with
+``replace`` directives into ``./staging``, which a consumer does not have. So we write a small
+consumer module that requires ``k8s.io/kubernetes vX.Y.Z`` and replaces each staging module with
+its published ``v0.Y.Z`` (lab reference, "The Kubernetes control plane"), then ``go build`` the
+commands. kwok and etcd are built the same way (their own modules, pinned).
+
+Layout under :func:`noderemedy_lab.config.cache_dir`::
+
+    src/kubernetes-v1.34.4/go.mod        the consumer module
+    bin/kubernetes-v1.34.4/{kube-apiserver,kube-controller-manager,kube-scheduler,kubectl}
+    bin/kwok-v0.7.0/kwok
+    bin/etcd-v3.6.16/etcd
+    logs/build-*.log
+
+A warm run (all binaries present) does nothing. Each target is built into a temporary directory and
+moved into place only when complete, so an interrupted build never leaves a half binary behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from .config import ETCD_VERSION, KUBERNETES_VERSION, KWOK_VERSION, cache_dir
+from .procs import ComponentError, tail
+
+KUBE_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+
+
+def _bin_dirs() -> dict[str, Path]:
+    base = cache_dir() / "bin"
+    return {
+        "kubernetes": base / f"kubernetes-v{KUBERNETES_VERSION}",
+        "kwok": base / f"kwok-v{KWOK_VERSION}",
+        "etcd": base / f"etcd-v{ETCD_VERSION}",
+    }
+
+
+def binary_paths() -> dict[str, Path]:
+    """Where each lab binary lives once built: name -> path (may not exist yet)."""
+    dirs = _bin_dirs()
+    paths = {name: dirs["kubernetes"] / name for name in KUBE_COMMANDS}
+    paths["kwok"] = dirs["kwok"] / "kwok"
+    paths["etcd"] = dirs["etcd"] / "etcd"
+    return paths
+
+
+def missing() -> list[str]:
+    """Names of lab binaries not built yet."""
+    return [name for name, path in binary_paths().items() if not path.is_file()]
+
+
+def _go() -> str:
+    go = shutil.which("go")
+    if go is None:
+        raise ComponentError(
+            "go toolchain", "the 'go' command is not on PATH (needed to build the control plane)"
+        )
+    return go
+
+
+def _run(argv: list[str], cwd: Path, log: Path, component: str, progress: Callable[[str], None]) -> None:
+    """Run a go command, streaming a one-line progress summary; ComponentError with the log tail on failure."""
+    env = dict(os.environ)
+    env.setdefault("GOFLAGS", "-mod=mod")
+    env["GOFLAGS"] = env["GOFLAGS"] if "-mod=" in env["GOFLAGS"] else env["GOFLAGS"] + " -mod=mod"
+    env.setdefault("CGO_ENABLED", "0")
+    start = time.monotonic()
+    with open(log, "a") as out:
+        out.write(f"$ {' '.join(argv)}\n")
+        out.flush()
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
+        last = 0.0
+        while proc.poll() is None:
+            time.sleep(1)
+            now = time.monotonic()
+            if now - last >= 15:
+                last = now
+                progress(f"  {component}: {now - start:4.0f} s ...")
+    if proc.returncode != 0:
+        raise ComponentError(
+            f"build {component}",
+            f"'{' '.join(argv[:3])} ...' failed (exit {proc.returncode}); log {log}:\n{tail(log, 25)}",
+        )
+    progress(f"  {component}: built in {time.monotonic() - start:.0f} s")
+
+
+def _kube_gomod(workdir: Path, log: Path, progress: Callable[[str], None]) -> None:
+    """Write the consumer go.mod for k8s.io/kubernetes with replaces for every staging module."""
+    go = _go()
+    out = subprocess.run(
+        [go, "mod", "download", "-json", f"k8s.io/kubernetes@v{KUBERNETES_VERSION}"],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "GOFLAGS": "-mod=mod"},
+    )
+    try:
+        info = json.loads(out.stdout)
+    except json.JSONDecodeError:
+        info = {"Error": out.stderr.strip() or out.stdout.strip()}
+    if out.returncode != 0 or info.get("Error") or not info.get("GoMod"):
+        raise ComponentError(
+            "build kubernetes",
+            f"cannot fetch k8s.io/kubernetes@v{KUBERNETES_VERSION} from the Go module proxy: {info.get('Error')}",
+        )
+    upstream = Path(info["GoMod"]).read_text()
+    staging = re.findall(r"^\s*(k8s\.io/[\w.-]+)\s+=>\s+\./staging/", upstream, flags=re.M)
+    if not staging:
+        raise ComponentError(
+            "build kubernetes", "no staging replace directives found in k8s.io/kubernetes go.mod"
+        )
+    minor = KUBERNETES_VERSION.split(".", 1)[1]
+    lines = [
+        "module noderemedy.local/kubebuild",
+        "",
+        "go 1.24.0",
+        "",
+        f"require k8s.io/kubernetes v{KUBERNETES_VERSION}",
+        "",
+        "replace (",
+        *[f"\t{mod} => {mod} v0.{minor}" for mod in staging],
+        ")",
+        "",
+    ]
+    (workdir / "go.mod").write_text("\n".join(lines))
+    progress(f"  kubernetes: consumer module with {len(staging)} staging replaces")
+
+
+def build_kubernetes(progress: Callable[[str], None]) -> None:
+    """Build kube-apiserver, kube-controller-manager, kube-scheduler and kubectl (version stamped)."""
+    dest = _bin_dirs()["kubernetes"]
+    src = cache_dir() / "src" / f"kubernetes-v{KUBERNETES_VERSION}"
+    src.mkdir(parents=True, exist_ok=True)
+    log = cache_dir() / "logs" / f"build-kubernetes-v{KUBERNETES_VERSION}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    if not (src / "go.mod").is_file():
+        _kube_gomod(src, log, progress)
+    major, minor, _ = KUBERNETES_VERSION.split(".")
+    ldflags = " ".join(
+        [
+            "-s -w",
+            f"-X k8s.io/component-base/version.gitVersion=v{KUBERNETES_VERSION}",
+            f"-X k8s.io/component-base/version.gitMajor={major}",
+            f"-X k8s.io/component-base/version.gitMinor={minor}",
+            "-X k8s.io/component-base/version.gitTreeState=clean",
+            f"-X k8s.io/client-go/pkg/version.gitVersion=v{KUBERNETES_VERSION}",
+        ]
+    )
+    with tempfile.TemporaryDirectory(dir=src) as tmp:
+        _run(
+            [_go(), "build", "-trimpath", "-ldflags", ldflags, "-o", tmp + "/"]
+            + [f"k8s.io/kubernetes/cmd/{c}" for c in KUBE_COMMANDS],
+            src,
+            log,
+            f"kubernetes v{KUBERNETES_VERSION} ({', '.join(KUBE_COMMANDS)})",
+            progress,
+        )
+        dest.mkdir(parents=True, exist_ok=True)
+        for c in KUBE_COMMANDS:
+            os.replace(Path(tmp) / c, dest / c)
+
+
+def _go_install(
+    module_pkg: str, version: str, dest: Path, name: str, progress: Callable[[str], None]
+) -> None:
+    """``go install pkg@version`` into a temp GOBIN, then move the binary into ``dest``."""
+    log = cache_dir() / "logs" / f"build-{name}-v{version}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    work = cache_dir() / "src"
+    work.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=work) as tmp:
+        env_gobin = os.environ.get("GOBIN")
+        os.environ["GOBIN"] = tmp
+        try:
+            _run(
+                [_go(), "install", "-trimpath", "-ldflags", "-s -w", f"{module_pkg}@v{version}"],
+                work,
+                log,
+                f"{name} v{version}",
+                progress,
+            )
+        finally:
+            if env_gobin is None:
+                os.environ.pop("GOBIN", None)
+            else:
+                os.environ["GOBIN"] = env_gobin
+        built = Path(tmp) / Path(module_pkg).name
+        if not built.is_file():
+            candidates = list(Path(tmp).iterdir())
+            if len(candidates) != 1:
+                raise ComponentError(f"build {name}", f"go install produced {candidates}")
+            built = candidates[0]
+        dest.mkdir(parents=True, exist_ok=True)
+        os.replace(built, dest / name)
+
+
+def build_etcd(progress: Callable[[str], None]) -> None:
+    """Build the etcd server. Its go.mod has relative ``replace`` directives, so ``go install
+    pkg@version`` refuses it; a consumer module requiring ``go.etcd.io/etcd/server/v3`` builds it."""
+    src = cache_dir() / "src" / f"etcd-v{ETCD_VERSION}"
+    src.mkdir(parents=True, exist_ok=True)
+    log = cache_dir() / "logs" / f"build-etcd-v{ETCD_VERSION}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    (src / "go.mod").write_text(
+        f"module noderemedy.local/etcdbuild\n\ngo 1.24.0\n\nrequire go.etcd.io/etcd/server/v3 v{ETCD_VERSION}\n"
+    )
+    with tempfile.TemporaryDirectory(dir=src) as tmp:
+        _run(
+            [
+                _go(),
+                "build",
+                "-trimpath",
+                "-ldflags",
+                "-s -w",
+                "-o",
+                tmp + "/etcd",
+                "go.etcd.io/etcd/server/v3",
+            ],
+            src,
+            log,
+            f"etcd v{ETCD_VERSION}",
+            progress,
+        )
+        dest = _bin_dirs()["etcd"]
+        dest.mkdir(parents=True, exist_ok=True)
+        os.replace(Path(tmp) / "etcd", dest / "etcd")
+
+
+def ensure_binaries(progress: Callable[[str], None] | None = None) -> dict[str, Path]:
+    """Build whatever lab binary is missing and return name -> path for all of them.
+
+    ``progress`` receives human-readable lines (default: print to stderr). The first build takes
+    several minutes on 2 cores (the control plane is a large Go program); later calls return at once.
+    Raises ComponentError naming the component whose build failed.
+    """
+    say = progress or (lambda line: print(line, file=sys.stderr, flush=True))
+    todo = missing()
+    if any(name in todo for name in KUBE_COMMANDS):
+        say(
+            f"building Kubernetes v{KUBERNETES_VERSION} from the Go module proxy (first time: several minutes)"
+        )
+        build_kubernetes(say)
+    if "kwok" in todo:
+        say(f"building kwok v{KWOK_VERSION}")
+        _go_install("sigs.k8s.io/kwok/cmd/kwok", KWOK_VERSION, _bin_dirs()["kwok"], "kwok", say)
+    if "etcd" in todo:
+        say(f"building etcd v{ETCD_VERSION}")
+        build_etcd(say)
+    still = missing()
+    if still:
+        raise ComponentError("build", f"binaries still missing after build: {', '.join(still)}")
+    return binary_paths()

@@ -1,0 +1,244 @@
+"""``noderemedy-lab``: start, inspect and stop the embedded lab.
+
+    noderemedy-lab build                 build/cache the control plane binaries and the snmpsim venv
+    noderemedy-lab up [--nodes N] ...    start the lab in the background; prints where it is
+    noderemedy-lab status                health of every component (exit 1 if any is unhealthy)
+    noderemedy-lab env                   shell exports: KUBECONFIG, NODEREMEDY_LAB_DIR, SNMP_PERSISTENT_DIR
+    noderemedy-lab down                  stop every lab process (by PID and start time), leave nothing behind
+
+``up`` starts a supervisor process (``noderemedy-lab _serve``) in its own session; the supervisor
+starts every peer as its own child and ``wait()``s on them, so peers are reaped even where PID 1
+does not reap orphans. ``down`` asks the supervisor to stop (SIGTERM) and waits; if the supervisor
+is gone, it stops the recorded peers itself, each by PID and start time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from .config import LabConfig, default_workdir
+from .procs import ComponentError, proc_start_time, stop_recorded, tail
+
+
+def _config(args: argparse.Namespace) -> LabConfig:
+    return LabConfig(
+        workdir=Path(args.workdir),
+        nodes=args.nodes,
+        port_base=args.port_base,
+        kube=not args.no_kube,
+        node_monitor_grace_period=args.grace_period,
+    )
+
+
+def _read_state(workdir: Path) -> dict:
+    path = workdir / "lab.json"
+    if not path.exists():
+        return {}
+    return json.loads(path.read_text())
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from .build import ensure_binaries
+    from .devices import ensure_simvenv
+
+    t0 = time.monotonic()
+    paths = ensure_binaries()
+    venv = ensure_simvenv()
+    for name, path in sorted(paths.items()):
+        print(f"{name:25s} {path}")
+    print(f"{'snmpsim venv':25s} {venv}")
+    print(f"ready in {time.monotonic() - t0:.0f} s")
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """The detached supervisor: start the lab, then wait for SIGTERM and stop it."""
+    from .lab import Lab
+
+    cfg = _config(args)
+    lab = Lab(cfg)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    try:
+        lab.start(progress=lambda line: print(line, flush=True))
+    except ComponentError as exc:
+        print(f"ERROR {exc}", flush=True)
+        (cfg.workdir / "error.txt").write_text(str(exc))
+        return 1
+    lab.write_state({"supervisor": {"pid": os.getpid(), "start_time": proc_start_time(os.getpid())}})
+    print("READY", flush=True)
+    while not stop.wait(1.0):
+        for proc in lab.supervisor.dead() if lab.supervisor else []:
+            print(f"component {proc.name} exited with {proc.popen.returncode}", flush=True)
+    lab.stop()
+    print("STOPPED", flush=True)
+    return 0
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    cfg = _config(args)
+    state = _read_state(cfg.workdir)
+    sup = state.get("supervisor", {})
+    if state.get("state") == "running" and sup and proc_start_time(sup["pid"]) == sup.get("start_time"):
+        print(f"a lab is already running in {cfg.workdir}; 'noderemedy-lab down' first", file=sys.stderr)
+        return 1
+    # build in the foreground so the user sees the progress of a long first build
+    if cfg.kube:
+        from .build import ensure_binaries
+
+        try:
+            ensure_binaries()
+        except ComponentError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+    cfg.workdir.parent.mkdir(parents=True, exist_ok=True)
+    log = cfg.workdir.parent / f"{cfg.workdir.name}-supervisor.log"
+    argv = [
+        sys.executable, "-m", "noderemedy_lab.cli", "--workdir", str(cfg.workdir), "_serve",
+        "--nodes", str(cfg.nodes), "--port-base", str(cfg.port_base),
+        "--grace-period", str(cfg.node_monitor_grace_period),
+    ] + (["--no-kube"] if not cfg.kube else [])  # fmt: skip
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    t0 = time.monotonic()
+    seen = 0
+    while True:
+        text = log.read_text(errors="replace")
+        lines = text.splitlines()
+        for line in lines[seen:]:
+            if line not in ("READY",):
+                print(line)
+        seen = len(lines)
+        if "READY" in lines:
+            print(f"lab up in {time.monotonic() - t0:.1f} s: {cfg.workdir}")
+            print('next: eval "$(noderemedy-lab env)"; noderemedy-lab status')
+            return 0
+        if proc.poll() is not None:
+            print(f"error: the lab did not start; supervisor log {log}:\n{tail(log, 20)}", file=sys.stderr)
+            return 1
+        time.sleep(0.2)
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    workdir = Path(args.workdir)
+    state = _read_state(workdir)
+    if not state:
+        print(f"no lab in {workdir}")
+        return 0
+    sup = state.get("supervisor", {})
+    if sup and proc_start_time(sup["pid"]) == sup.get("start_time"):
+        os.kill(sup["pid"], signal.SIGTERM)
+        deadline = time.monotonic() + 60
+        while proc_start_time(sup["pid"]) == sup.get("start_time") and time.monotonic() < deadline:
+            time.sleep(0.1)
+    left = []
+    for name, row in state.get("processes", {}).items():
+        if stop_recorded(row["pid"], row.get("start_time")):
+            left.append(name)
+    if left:
+        print(f"stopped leftover processes: {', '.join(left)}")
+    still = [
+        name
+        for name, row in state.get("processes", {}).items()
+        if row.get("start_time") is not None and proc_start_time(row["pid"]) == row["start_time"]
+    ]
+    if still:
+        print(f"error: still running: {', '.join(still)}", file=sys.stderr)
+        return 1
+    print(f"lab in {workdir} is down; no lab process is running")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    workdir = Path(args.workdir)
+    state = _read_state(workdir)
+    if not state:
+        print(f"no lab in {workdir}")
+        return 1
+    bad = 0
+    for name, row in state.get("processes", {}).items():
+        ok = row.get("start_time") is not None and proc_start_time(row["pid"]) == row["start_time"]
+        bad += not ok
+        print(f"{name:28s} {'running' if ok else 'DOWN'} (pid {row['pid']})")
+    if "kube" in state:
+        from .kube import node_ready, probe_components
+
+        cfg = LabConfig(workdir=workdir, nodes=len(state["nodes"]), port_base=state["port_base"])
+        for name, health in probe_components(cfg, state["kube"]).items():
+            bad += health != "ok"
+            print(f"{name + ' health':28s} {health}")
+        try:
+            for node, ready in node_ready(Path(state["kube"]["kubeconfig"]), state["nodes"]).items():
+                print(f"{'node ' + node:28s} Ready={ready}")
+        except Exception as exc:  # noqa: BLE001 - report, do not crash, when the apiserver is down
+            bad += 1
+            print(f"{'nodes':28s} cannot list: {exc.__class__.__name__}")
+    return 1 if bad else 0
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    workdir = Path(args.workdir)
+    state = _read_state(workdir)
+    if not state:
+        print(f"no lab in {workdir}", file=sys.stderr)
+        return 1
+    print(f"export NODEREMEDY_LAB_DIR='{workdir}'")
+    print(f"export NODEREMEDY_LAB_INFO='{workdir / 'lab.json'}'")
+    if "kube" in state:
+        print(f"export KUBECONFIG='{state['kube']['kubeconfig']}'")
+        print(f"export PATH='{Path(state['kube']['binaries']['kubectl']).parent}':\"$PATH\"")
+    if "devices" in state:
+        print(f"export SNMP_PERSISTENT_DIR='{state['devices']['snmp_persistent_dir']}'")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="noderemedy-lab", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--workdir", default=str(default_workdir()), help="lab state directory (env NODEREMEDY_LAB_DIR)"
+    )
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    def lab_opts(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--nodes", type=int, default=3, help="kwok nodes, each with a BMC (1..1000)")
+        sp.add_argument("--port-base", type=int, default=20000, help="first port of the lab's port layout")
+        sp.add_argument("--no-kube", action="store_true", help="devices only (no control plane)")
+        sp.add_argument("--grace-period", type=int, default=20, help="node-monitor-grace-period in seconds")
+
+    sub.add_parser("build", help="build/cache the control plane binaries").set_defaults(func=cmd_build)
+    up = sub.add_parser("up", help="start the lab in the background")
+    lab_opts(up)
+    up.set_defaults(func=cmd_up)
+    serve = sub.add_parser("_serve", help=argparse.SUPPRESS)
+    lab_opts(serve)
+    serve.set_defaults(func=cmd_serve)
+    sub.add_parser("down", help="stop the lab").set_defaults(func=cmd_down)
+    sub.add_parser("status", help="health of every component").set_defaults(func=cmd_status)
+    sub.add_parser("env", help="shell exports for the running lab").set_defaults(func=cmd_env)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ComponentError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,202 @@
+"""Net-SNMP ``pass_persist`` backend of the noderemedy lab: a stateful PDU or FC switch.
+
+Usage (in snmpd.conf, rendered by :mod:`noderemedy_lab.snmp`)::
+
+    pass_persist <subtree> /usr/bin/python3 fence_pass.py <profile> <state.json>
+
+Profiles:
+
+``apc-rpdu``
+    APC rack PDU (PowerNet-MIB; fence_apc_snmp's "ApcRPDU" for sysObjectID .318.1.3.4.5):
+    rPDUOutletControlCommand .1.3.6.1.4.1.318.1.1.12.3.3.1.1.4.N (write 1 on, 2 off, 3 reboot) and
+    rPDUOutletStatusOutletState .1.3.6.1.4.1.318.1.1.12.3.5.1.1.4.N (1 on, 2 off) share one state,
+    as do the older sPDUOutletCtl .1.3.6.1.4.1.318.1.1.4.4.2.1.3.N (same codes).
+``fcswitch``
+    FC switch: IF-MIB ifTable / ifXTable (ifAdminStatus writable, ifOperStatus follows it) and
+    FIBRE-CHANNEL-FE-MIB fcFxPortPhysAdminStatus / OperStatus .1.3.6.1.2.1.75.1.2.2.1.{1,2}.22.<port-1>.
+
+The state file is JSON ``{"ports": {"1": 1, ...}, "names": {"1": "lab-node-0", ...},
+"aliases": {...}, "prev": {...}, "changed": {...}, "log": [[epoch, port, value], ...], "delay": 0.0}``.
+It is re-read on every request (so a test may edit it, under the ``<state>.lock`` flock) and
+rewritten atomically on every SET. ``delay`` > 0 makes the status OIDs keep showing the previous
+value for that many seconds after a SET (a slow PDU or switch).
+
+Protocol notes (lab reference pitfall 15): net-snmp 5.9.3 ends a pass_persist SET with an extra
+blank line, which must be ignored, not answered.
+"""
+
+import fcntl
+import json
+import os
+import sys
+import time
+
+PROFILE, STATE = sys.argv[1], sys.argv[2]
+LOCK = STATE + ".lock"
+LOG_KEEP = 1000
+
+
+def load():
+    try:
+        with open(STATE) as f:
+            st = json.load(f)
+    except (OSError, ValueError):
+        st = {}
+    st.setdefault("ports", {str(i): 1 for i in range(1, 9)})
+    st.setdefault("prev", dict(st["ports"]))
+    st.setdefault("changed", {})
+    st.setdefault("names", {p: (f"outlet{p}" if PROFILE == "apc-rpdu" else f"fc1/{p}") for p in st["ports"]})
+    st.setdefault("aliases", {})
+    st.setdefault("log", [])
+    st.setdefault("delay", 0.0)
+    return st
+
+
+def save(st):
+    st["log"] = st["log"][-LOG_KEEP:]
+    tmp = STATE + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(st, f, indent=1)
+    os.replace(tmp, STATE)
+
+
+def effective(st, p):
+    """The value the status OIDs show (honours the optional transition delay)."""
+    if st["delay"] and time.time() - st["changed"].get(p, 0) < st["delay"]:
+        return st["prev"].get(p, st["ports"][p])
+    return st["ports"][p]
+
+
+def commit(st, p, new, written):
+    """Record a SET; a repeated SET of the same value does not restart a pending transition."""
+    if new != st["ports"][p] or written == 3:
+        st["prev"][p] = 2 if written == 3 else effective(st, p)  # reboot: looks off during the delay
+        st["changed"][p] = time.time()
+    st["ports"][p] = new
+    st["log"].append([time.time(), p, written])
+
+
+def o(s):
+    return tuple(int(x) for x in s.strip(".").split("."))
+
+
+def table(st):
+    """dict oid-tuple -> (type, value, setter-or-None)."""
+    t = {}
+    ports = sorted(st["ports"], key=int)
+    if PROFILE == "apc-rpdu":
+        for p in ports:
+            n = int(p)
+            on = effective(st, p)
+
+            def setter(v, p=p):
+                if v not in (1, 2, 3, 4, 5, 6, 7):
+                    return "wrong-value"
+                new = {1: 1, 2: 2, 3: 1, 4: st["ports"][p], 5: 1, 6: 2, 7: 1}[v]
+                commit(st, p, new, v)
+                return None
+
+            name = st["names"].get(p, f"outlet{n}")
+            # rPDUOutletControlTable .318.1.1.12.3.3.1.1.{1 index, 2 name, 4 command}
+            t[o(f"1.3.6.1.4.1.318.1.1.12.3.3.1.1.1.{n}")] = ("integer", n, None)
+            t[o(f"1.3.6.1.4.1.318.1.1.12.3.3.1.1.2.{n}")] = ("string", name, None)
+            t[o(f"1.3.6.1.4.1.318.1.1.12.3.3.1.1.4.{n}")] = ("integer", on, setter)
+            # rPDUOutletStatusTable .318.1.1.12.3.5.1.1.{1 index, 2 name, 4 state}
+            t[o(f"1.3.6.1.4.1.318.1.1.12.3.5.1.1.1.{n}")] = ("integer", n, None)
+            t[o(f"1.3.6.1.4.1.318.1.1.12.3.5.1.1.2.{n}")] = ("string", name, None)
+            t[o(f"1.3.6.1.4.1.318.1.1.12.3.5.1.1.4.{n}")] = ("integer", on, None)
+            # legacy sPDUOutletControlTable .318.1.1.4.4.2.1.{1 index, 3 ctl, 4 name}
+            t[o(f"1.3.6.1.4.1.318.1.1.4.4.2.1.1.{n}")] = ("integer", n, None)
+            t[o(f"1.3.6.1.4.1.318.1.1.4.4.2.1.3.{n}")] = ("integer", on, setter)
+            t[o(f"1.3.6.1.4.1.318.1.1.4.4.2.1.4.{n}")] = ("string", name, None)
+    elif PROFILE == "fcswitch":
+        t[o("1.3.6.1.2.1.2.1.0")] = ("integer", len(ports), None)  # ifNumber
+        for p in ports:
+            n = int(p)
+            adm = st["ports"][p]
+            eff = effective(st, p)
+
+            def setter(v, p=p):
+                if v not in (1, 2, 3):
+                    return "wrong-value"
+                commit(st, p, v, v)
+                return None
+
+            name = st["names"].get(p, f"fc1/{n}")
+            b = "1.3.6.1.2.1.2.2.1.{}." + str(n)
+            t[o(b.format(1))] = ("integer", n, None)  # ifIndex
+            t[o(b.format(2))] = ("string", name, None)  # ifDescr
+            t[o(b.format(3))] = ("integer", 56, None)  # ifType fibreChannel
+            t[o(b.format(5))] = ("gauge", 4294967295, None)  # ifSpeed
+            t[o(b.format(7))] = ("integer", adm, setter)  # ifAdminStatus up(1) down(2) testing(3)
+            t[o(b.format(8))] = ("integer", 1 if eff == 1 else 2, None)  # ifOperStatus follows admin
+            t[o(f"1.3.6.1.2.1.31.1.1.1.1.{n}")] = ("string", name, None)  # ifName
+            t[o(f"1.3.6.1.2.1.31.1.1.1.18.{n}")] = ("string", st["aliases"].get(p, ""), None)  # ifAlias
+            # FIBRE-CHANNEL-FE-MIB fcFxPortPhysAdminStatus / OperStatus .<module 22>.<port-1>
+            t[o(f"1.3.6.1.2.1.75.1.2.2.1.1.22.{n - 1}")] = ("integer", adm, setter)
+            t[o(f"1.3.6.1.2.1.75.1.2.2.1.2.22.{n - 1}")] = ("integer", 1 if eff == 1 else 2, None)
+    return t
+
+
+def out(*lines):
+    sys.stdout.write("".join(str(x) + "\n" for x in lines))
+    sys.stdout.flush()
+
+
+def answer(cmd, oid, typval):
+    """One request under the state lock; returns the lines to print."""
+    with open(LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        st = load()
+        t = table(st)
+        if cmd == "get":
+            if oid in t:
+                typ, val, _ = t[oid]
+                return ["." + ".".join(map(str, oid)), typ, val]
+            return ["NONE"]
+        if cmd == "getnext":
+            nxt = [k for k in t if k > oid]
+            if nxt:
+                k = min(nxt)
+                typ, val, _ = t[k]
+                return ["." + ".".join(map(str, k)), typ, val]
+            return ["NONE"]
+        # set
+        if oid not in t or t[oid][2] is None:
+            return ["not-writable"]
+        if len(typval) != 2 or typval[0].lower() != "integer":
+            return ["wrong-type"]
+        try:
+            value = int(typval[1])
+        except ValueError:
+            return ["wrong-value"]
+        err = t[oid][2](value)
+        if err:
+            return [err]
+        save(st)
+        return ["DONE"]
+
+
+def main():
+    while True:
+        cmd = sys.stdin.readline()
+        if not cmd:
+            return
+        cmd = cmd.strip().lower()
+        if cmd == "":
+            # net-snmp 5.9 ends a 'set' with an extra blank line: answering it would desynchronise
+            # the pipe (snmpd would then read 'NONE' instead of 'PONG' and restart us)
+            continue
+        if cmd == "ping":
+            out("PONG")
+            continue
+        if cmd not in ("get", "getnext", "set"):
+            out("NONE")
+            continue
+        oid = o(sys.stdin.readline())
+        typval = sys.stdin.readline().strip().split(None, 1) if cmd == "set" else []
+        out(*answer(cmd, oid, typval))
+
+
+if __name__ == "__main__":
+    main()

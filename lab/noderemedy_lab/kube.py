@@ -1,0 +1,259 @@
+"""The lab's Kubernetes control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
+and kwok simulating the nodes, all on 127.0.0.1 with per-lab certificates.
+
+Node lifecycle in the lab (the heart of it): each node ``lab-node-<i>`` carries the label
+``lab.noderemedy.io/power=on``. kwok manages (initialises, heartbeats with Leases, runs pods on)
+only nodes with that label (``--manage-nodes-with-label-selector``). The node's BMC power hook
+(:mod:`noderemedy_lab.devices`) relabels the node ``off`` when its power goes off, so kwok stops
+renewing its Lease and the real node lifecycle controller turns it NotReady after
+``--node-monitor-grace-period``; on power-on the label returns to ``on``, kwok's ``node-initialize``
+stage (Ready != True) sets it Ready again.
+"""
+
+from __future__ import annotations
+
+import ssl
+import urllib.request
+from pathlib import Path
+
+import yaml
+
+from . import pki
+from .config import POWER_LABEL, LabConfig
+from .procs import ComponentError, Supervisor, require_port_free, tcp_listening
+
+#: Controllers the lab's kube-controller-manager runs ("*" = every default-on controller, which
+#: includes node-lifecycle, taint-eviction, pod-garbage-collector, statefulset, daemonset,
+#: replicaset, deployment, disruption, persistentvolume-attach-detach, serviceaccount-token...).
+CONTROLLERS = "*"
+
+
+def _https_ok(url: str, pki_dir: Path) -> bool:
+    ctx = ssl.create_default_context(cafile=str(pki_dir / "ca.crt"))
+    ctx.load_cert_chain(str(pki_dir / "admin.crt"), str(pki_dir / "admin.key"))
+    with urllib.request.urlopen(url, context=ctx, timeout=2) as resp:  # noqa: S310 (lab https on loopback)
+        return resp.status == 200
+
+
+def _http_ok(url: str) -> bool:
+    with urllib.request.urlopen(url, timeout=2) as resp:  # noqa: S310
+        return resp.status == 200
+
+
+def apiserver_args(cfg: LabConfig, binaries: dict[str, Path], pki_dir: Path, etcd_url: str) -> list[str]:
+    """The exact kube-apiserver argv the lab uses (StorageVersion API and server identity on)."""
+    return [
+        str(binaries["kube-apiserver"]),
+        f"--etcd-servers={etcd_url}",
+        "--bind-address=127.0.0.1",
+        "--advertise-address=127.0.0.1",
+        f"--secure-port={cfg.port('kube-apiserver')}",
+        f"--tls-cert-file={pki_dir / 'apiserver.crt'}",
+        f"--tls-private-key-file={pki_dir / 'apiserver.key'}",
+        f"--client-ca-file={pki_dir / 'ca.crt'}",
+        f"--service-account-key-file={pki_dir / 'sa.pub'}",
+        f"--service-account-signing-key-file={pki_dir / 'sa.key'}",
+        "--service-account-issuer=https://kubernetes.default.svc",
+        "--service-cluster-ip-range=10.96.0.0/16",
+        "--authorization-mode=RBAC",
+        "--allow-privileged=true",
+        "--endpoint-reconciler-type=none",
+        "--profiling=false",
+        "--feature-gates=StorageVersionAPI=true,APIServerIdentity=true",
+        "--runtime-config=internal.apiserver.k8s.io/v1alpha1=true",
+        *cfg.extra_apiserver_args,
+    ]
+
+
+def node_manifest(name: str) -> dict:
+    """A kwok node as the lab creates it: schedulable, no taints, powered on, 110 pods allocatable."""
+    resources = {"cpu": "32", "memory": "256Gi", "pods": "110", "ephemeral-storage": "1Ti"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "type": "kwok",
+                "topology.kubernetes.io/zone": "lab",
+                POWER_LABEL: "on",
+            },
+            "annotations": {"node.alpha.kubernetes.io/ttl": "0", "kwok.x-k8s.io/node": "fake"},
+        },
+        "status": {"allocatable": resources, "capacity": resources},
+    }
+
+
+def start_kube(sup: Supervisor, cfg: LabConfig, binaries: dict[str, Path], node_names: list[str]) -> dict:
+    """Start the control plane and kwok, create the nodes, wait until every node is Ready.
+
+    Returns the ``info["kube"]`` dict (kubeconfig, server, etcd, pki, binaries, apiserver_args).
+    Raises ComponentError naming the component that failed; the caller stops ``sup``.
+    """
+    root = cfg.workdir / "kube"
+    pki_dir = root / "pki"
+    pki.generate(pki_dir)
+    for comp in ("etcd", "etcd-peer", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"):
+        require_port_free(cfg.port(comp), comp)
+
+    etcd_url = f"http://127.0.0.1:{cfg.port('etcd')}"
+    sup.start(
+        "etcd",
+        [
+            str(binaries["etcd"]),
+            "--name=lab",
+            f"--data-dir={root / 'etcd'}",
+            f"--listen-client-urls={etcd_url}",
+            f"--advertise-client-urls={etcd_url}",
+            f"--listen-peer-urls=http://127.0.0.1:{cfg.port('etcd-peer')}",
+            f"--initial-advertise-peer-urls=http://127.0.0.1:{cfg.port('etcd-peer')}",
+            f"--initial-cluster=lab=http://127.0.0.1:{cfg.port('etcd-peer')}",
+            "--listen-metrics-urls=",
+            "--log-level=warn",
+            "--quota-backend-bytes=4294967296",
+            "--unsafe-no-fsync=true",
+        ],
+        ready=lambda: _http_ok(f"{etcd_url}/health"),
+        timeout=30,
+    )
+
+    server = f"https://127.0.0.1:{cfg.port('kube-apiserver')}"
+    args = apiserver_args(cfg, binaries, pki_dir, etcd_url)
+    sup.start("kube-apiserver", args, ready=lambda: _https_ok(f"{server}/readyz", pki_dir), timeout=90)
+
+    kubeconfigs = {
+        stem: pki.write_kubeconfig(root / f"{stem}.kubeconfig", server, pki_dir, stem)
+        for stem in ("admin", "kube-controller-manager", "kube-scheduler", "kwok")
+    }
+
+    _create_nodes(kubeconfigs["admin"], node_names)
+
+    kcm_kc = str(kubeconfigs["kube-controller-manager"])
+    sup.start(
+        "kube-controller-manager",
+        [
+            str(binaries["kube-controller-manager"]),
+            f"--kubeconfig={kcm_kc}",
+            f"--authentication-kubeconfig={kcm_kc}",
+            f"--authorization-kubeconfig={kcm_kc}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={cfg.port('kube-controller-manager')}",
+            "--leader-elect=false",
+            f"--controllers={CONTROLLERS}",
+            f"--service-account-private-key-file={pki_dir / 'sa.key'}",
+            f"--root-ca-file={pki_dir / 'ca.crt'}",
+            "--use-service-account-credentials=true",
+            f"--node-monitor-grace-period={cfg.node_monitor_grace_period}s",
+            "--node-monitor-period=2s",
+            "--kube-api-qps=200",
+            "--kube-api-burst=400",
+            "--concurrent-statefulset-syncs=10",
+            "--concurrent-gc-syncs=40",
+        ],
+        ready=lambda: tcp_listening(cfg.port("kube-controller-manager")),
+        timeout=60,
+    )
+    sch_kc = str(kubeconfigs["kube-scheduler"])
+    sup.start(
+        "kube-scheduler",
+        [
+            str(binaries["kube-scheduler"]),
+            f"--kubeconfig={sch_kc}",
+            f"--authentication-kubeconfig={sch_kc}",
+            f"--authorization-kubeconfig={sch_kc}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={cfg.port('kube-scheduler')}",
+            "--leader-elect=false",
+        ],
+        ready=lambda: tcp_listening(cfg.port("kube-scheduler")),
+        timeout=60,
+    )
+    kwok_cfg = root / "kwok.yaml"
+    kwok_cfg.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+                "kind": "KwokConfiguration",
+                "options": {"nodeLeaseDurationSeconds": cfg.node_lease_seconds},
+            }
+        )
+    )
+    sup.start(
+        "kwok",
+        [
+            str(binaries["kwok"]),
+            f"--config={kwok_cfg}",
+            f"--kubeconfig={kubeconfigs['kwok']}",
+            f"--manage-nodes-with-label-selector={POWER_LABEL}=on",
+            f"--server-address=127.0.0.1:{cfg.port('kwok')}",
+            "--cidr=10.244.0.1/16",
+            "--node-ip=127.0.0.1",
+        ],
+        ready=lambda: _http_ok(f"http://127.0.0.1:{cfg.port('kwok')}/healthz"),
+        timeout=60,
+    )
+    return {
+        "kubeconfig": str(kubeconfigs["admin"]),
+        "server": server,
+        "etcd": etcd_url,
+        "pki": str(pki_dir),
+        "binaries": {k: str(v) for k, v in binaries.items()},
+        "apiserver_args": args,
+    }
+
+
+def _client(kubeconfig: Path):
+    from kubernetes import config as kconfig
+
+    return kconfig.new_client_from_config(str(kubeconfig))
+
+
+def _create_nodes(kubeconfig: Path, names: list[str]) -> None:
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    api = client.CoreV1Api(_client(kubeconfig))
+    for name in names:
+        try:
+            api.create_node(node_manifest(name))
+        except ApiException as exc:
+            if exc.status != 409:
+                raise ComponentError(
+                    "kube-apiserver", f"cannot create node {name}: {exc.status} {exc.reason}"
+                ) from exc
+
+
+def node_ready(kubeconfig: Path, names: list[str]) -> dict[str, str]:
+    """Ready condition status ('True', 'False', 'Unknown', or 'missing') of each node in ``names``."""
+    from kubernetes import client
+
+    api = client.CoreV1Api(_client(kubeconfig))
+    found = {n.metadata.name: n for n in api.list_node().items}
+    out = {}
+    for name in names:
+        node = found.get(name)
+        conds = {c.type: c.status for c in (node.status.conditions or [])} if node and node.status else {}
+        out[name] = conds.get("Ready", "missing") if node else "missing"
+    return out
+
+
+def probe_components(cfg: LabConfig, info: dict) -> dict[str, str]:
+    """Health of each control-plane component: name -> 'ok' or a short error."""
+    pki_dir = Path(info["pki"])
+    checks = {
+        "etcd": lambda: _http_ok(f"{info['etcd']}/health"),
+        "kube-apiserver": lambda: _https_ok(f"{info['server']}/readyz", pki_dir),
+        "kube-controller-manager": lambda: tcp_listening(cfg.port("kube-controller-manager")),
+        "kube-scheduler": lambda: tcp_listening(cfg.port("kube-scheduler")),
+        "kwok": lambda: _http_ok(f"http://127.0.0.1:{cfg.port('kwok')}/healthz"),
+    }
+    out = {}
+    for name, check in checks.items():
+        try:
+            out[name] = "ok" if check() else "unhealthy"
+        except Exception as exc:  # noqa: BLE001 - status reporting: any failure is "not ok"
+            out[name] = f"down ({exc.__class__.__name__})"
+    return out

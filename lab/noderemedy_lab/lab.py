@@ -1,0 +1,224 @@
+"""The lab as one object: start everything, describe it (``lab.json``), drive it, stop it.
+
+``Lab(config).start()`` builds what is missing (:mod:`noderemedy_lab.build`), starts the control
+plane and kwok (:mod:`noderemedy_lab.kube`), then one BMC per node, the PDUs and the FC switches
+(:mod:`noderemedy_lab.devices`), and waits until every node is Ready. On any failure everything
+already started is stopped before the error (a :class:`~noderemedy_lab.procs.ComponentError`
+naming the component) propagates, so a failed start leaves nothing running.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from .config import POWER_LABEL, LabConfig
+from .procs import ComponentError, Supervisor, proc_start_time, require_binary
+
+POWER_HOOK = """#!/bin/sh
+# ipmi_sim chassis_control power hook (written by noderemedy_lab): $1 = node, $2 = 1 (on) | 0 (off).
+# Relabels the node so kwok starts/stops heartbeating it (see noderemedy_lab.kube).
+case "$2" in 1) v=on ;; *) v=off ;; esac
+exec timeout 10 "{kubectl}" --kubeconfig "{kubeconfig}" --request-timeout=5s \\
+    label node "$1" {label}="$v" --overwrite
+"""
+
+
+class Lab:
+    """A running lab. Attributes once started: ``config``, ``info`` (the ``lab.json`` document),
+    ``kubeconfig`` (Path or None without kube), ``supervisor`` (owns the processes).
+
+    Args:
+        config: what to start (:class:`~noderemedy_lab.config.LabConfig`).
+    """
+
+    def __init__(self, config: LabConfig) -> None:
+        self.config = config
+        self.info: dict = {}
+        self.kubeconfig: Path | None = None
+        self.supervisor: Supervisor | None = None
+        self._records: dict[str, dict] = {}
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self, progress: Callable[[str], None] | None = None, ready_timeout: float = 90.0) -> Lab:
+        """Start every component; ComponentError (nothing left running) if one fails.
+
+        ``ready_timeout`` is how long, in seconds, to wait for all nodes to turn Ready.
+        """
+        say = progress or (lambda line: None)
+        cfg = self.config
+        self._prepare_workdir()
+        node_names = [cfg.node_name(i) for i in range(cfg.nodes)]
+        self.info = {"workdir": str(cfg.workdir), "port_base": cfg.port_base, "nodes": node_names}
+        binaries: dict[str, Path] = {}
+        if cfg.kube:
+            from .build import ensure_binaries
+
+            binaries = ensure_binaries(say)
+        self.supervisor = sup = Supervisor(cfg.workdir / "logs")
+        t0 = time.monotonic()
+        try:
+            power_hook = None
+            if cfg.kube:
+                from .kube import start_kube
+
+                say("starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok")
+                self.info["kube"] = start_kube(sup, cfg, binaries, node_names)
+                self.kubeconfig = Path(self.info["kube"]["kubeconfig"])
+                power_hook = [str(self._write_power_hook())]
+            if cfg.devices:
+                from .devices import start_devices
+
+                say(f"starting {cfg.nodes} BMC(s), PDUs and FC switches")
+                self.info["devices"] = start_devices(sup, cfg, node_names, power_hook)
+            if cfg.kube:
+                say("waiting for the nodes to turn Ready")
+                self.wait_nodes(node_names, "True", ready_timeout)
+            self.info["started_in_s"] = round(time.monotonic() - t0, 2)
+            self.write_state()
+        except BaseException:
+            sup.stop_all()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Stop every process this lab started (reaping them) and mark ``lab.json`` stopped."""
+        if self.supervisor is not None:
+            self.supervisor.stop_all()
+        if self.config.state_file.exists():
+            self.info["state"] = "stopped"
+            self.write_state()
+
+    def _prepare_workdir(self) -> None:
+        cfg = self.config
+        if cfg.state_file.exists():
+            try:
+                old = json.loads(cfg.state_file.read_text())
+            except (OSError, ValueError):
+                old = {}
+            alive = [
+                name
+                for name, row in old.get("processes", {}).items()
+                if old.get("state") == "running" and proc_start_time(row["pid"]) == row.get("start_time")
+            ]
+            if alive:
+                raise ComponentError(
+                    "lab",
+                    f"a lab is already running in {cfg.workdir} ({', '.join(alive)}): run 'noderemedy-lab down' first",
+                )
+        if cfg.workdir.exists():
+            shutil.rmtree(cfg.workdir)
+        cfg.workdir.mkdir(parents=True)
+        os.chmod(cfg.workdir, 0o755)
+
+    def _write_power_hook(self) -> Path:
+        path = self.config.workdir / "kube" / "power-hook.sh"
+        path.write_text(
+            POWER_HOOK.format(
+                kubectl=self.info["kube"]["binaries"]["kubectl"],
+                kubeconfig=self.kubeconfig,
+                label=POWER_LABEL,
+            )
+        )
+        os.chmod(path, 0o755)
+        return path
+
+    def write_state(self, extra: dict | None = None) -> None:
+        """Write ``lab.json`` (mode 0600): ``info`` plus the process table and state."""
+        doc = dict(self.info)
+        doc.setdefault("state", "running")
+        if self.supervisor is not None:
+            # recorded while alive, once: a stopped lab keeps the table it ran with
+            for name, proc in self.supervisor.procs.items():
+                if name not in self._records and proc.alive():
+                    self._records[name] = proc.record()
+            doc["processes"] = dict(self._records)
+        if extra:
+            doc.update(extra)
+        path = self.config.state_file
+        tmp = path.with_name(".lab.json.tmp")
+        tmp.write_text(json.dumps(doc, indent=1))
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+        self.info = {k: v for k, v in doc.items() if k != "processes"}
+
+    # ------------------------------------------------------------------ driving it
+    def kubectl(self, *args: str, check: bool = False, timeout: float = 60) -> subprocess.CompletedProcess:
+        """Run the lab's kubectl with the admin kubeconfig; returns the CompletedProcess (text)."""
+        if self.kubeconfig is None:
+            raise ComponentError("kubectl", "this lab was started without Kubernetes")
+        argv = [self.info["kube"]["binaries"]["kubectl"], "--kubeconfig", str(self.kubeconfig), *args]
+        return subprocess.run(argv, capture_output=True, text=True, check=check, timeout=timeout)
+
+    def ipmitool(self, node: str, *args: str, timeout: float = 30) -> subprocess.CompletedProcess:
+        """Run ``ipmitool -I lanplus -C 3`` against ``node``'s BMC as its admin user."""
+        bmc = self.info["devices"]["bmcs"][node]
+        argv = [
+            require_binary("ipmitool", "ipmitool", "ipmitool"),
+            "-I", "lanplus", "-H", bmc["host"], "-p", str(bmc["port"]),
+            "-U", bmc["username"], "-P", bmc["password"], "-C", str(bmc["cipher"]),
+            *args,
+        ]  # fmt: skip
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+
+    def _power(self, node: str, state: str) -> None:
+        out = self.ipmitool(node, "chassis", "power", state)
+        if out.returncode != 0:
+            raise ComponentError(
+                f"bmc {node}", f"power {state} failed: {out.stderr.strip() or out.stdout.strip()}"
+            )
+
+    def power_off(self, node: str) -> None:
+        """Cut ``node``'s power through its real BMC (``ipmitool chassis power off``)."""
+        self._power(node, "off")
+
+    def power_on(self, node: str) -> None:
+        """Restore ``node``'s power through its real BMC (``ipmitool chassis power on``)."""
+        self._power(node, "on")
+
+    def node_ready(self, names: list[str] | None = None) -> dict[str, str]:
+        """Ready condition status of each node: 'True', 'False', 'Unknown' or 'missing'."""
+        from .kube import node_ready
+
+        if self.kubeconfig is None:
+            raise ComponentError("kube", "this lab was started without Kubernetes")
+        return node_ready(self.kubeconfig, names or self.info["nodes"])
+
+    def wait_nodes(self, names: list[str], ready: str | set[str], timeout: float) -> dict[str, str]:
+        """Poll until every node's Ready status is in ``ready`` ('True', or {'False', 'Unknown'});
+        returns the last statuses. ComponentError after ``timeout`` seconds."""
+        want = {ready} if isinstance(ready, str) else set(ready)
+        deadline = time.monotonic() + timeout
+        while True:
+            states = self.node_ready(names)
+            if all(s in want for s in states.values()):
+                return states
+            if time.monotonic() > deadline:
+                raise ComponentError("kube", f"nodes not {sorted(want)} after {timeout:.0f} s: {states}")
+            time.sleep(0.25)
+
+    def status(self) -> dict[str, str]:
+        """Health of every component: name -> 'ok' or what is wrong."""
+        from .procs import udp_listening
+
+        out: dict[str, str] = {}
+        if self.supervisor is not None:
+            for name, proc in self.supervisor.procs.items():
+                out[name] = "ok" if proc.alive() else f"exited ({proc.popen.returncode})"
+        if "kube" in self.info:
+            from .kube import probe_components
+
+            for name, state in probe_components(self.config, self.info["kube"]).items():
+                if state != "ok":
+                    out[name] = state
+            for node, ready in self.node_ready().items():
+                out[f"node {node}"] = "Ready" if ready == "True" else f"Ready={ready}"
+        for node, bmc in self.info.get("devices", {}).get("bmcs", {}).items():
+            if not udp_listening(bmc["port"]):
+                out[f"bmc {node}"] = "not listening"
+        return out

@@ -1,0 +1,57 @@
+"""pytest plugin: the session-scoped ``lab`` fixture (real peers on 127.0.0.1, started once).
+
+Environment:
+    NODEREMEDY_LAB_PORT_BASE  first port of the test lab's layout (default 24000, away from a
+                              user's ``noderemedy-lab up`` lab on 20000)
+    NODEREMEDY_LAB_KUBE=0     start the devices only (no control plane): for fencing-only runs
+    NODEREMEDY_LAB_NODES      number of nodes (default 3)
+
+The lab is started lazily, the first time a test asks for ``lab``, and stopped at the end of the
+session; teardown checks that every process it started is gone. A failure to start is an error
+of the tests that need it (never a skip): the machine is expected to run every real peer.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from .config import LabConfig
+from .lab import Lab
+from .procs import proc_start_time
+
+
+def lab_config(workdir) -> LabConfig:
+    """The test lab's configuration from the environment (see module docstring)."""
+    return LabConfig(
+        workdir=workdir,
+        nodes=int(os.environ.get("NODEREMEDY_LAB_NODES", "3")),
+        port_base=int(os.environ.get("NODEREMEDY_LAB_PORT_BASE", "24000")),
+        kube=os.environ.get("NODEREMEDY_LAB_KUBE", "1") != "0",
+    )
+
+
+@pytest.fixture(scope="session")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    """A started :class:`~noderemedy_lab.lab.Lab`; stopped (and checked stopped) after the session."""
+    workdir = tmp_path_factory.mktemp("lab", numbered=True)
+    os.chmod(workdir.parent, 0o755)  # snmpsim drops to 'nobody' and must reach its data
+    the_lab = Lab(lab_config(workdir))
+    the_lab.start(progress=lambda line: print(f"[lab] {line}", flush=True))
+    try:
+        yield the_lab
+    finally:
+        records = {n: p.record() for n, p in the_lab.supervisor.procs.items()} if the_lab.supervisor else {}
+        the_lab.stop()
+        left = [n for n, r in records.items() if proc_start_time(r["pid"]) == r["start_time"]]
+        assert not left, f"lab processes still running after stop: {left}"
+
+
+@pytest.fixture(scope="session")
+def lab_kube(lab: Lab) -> Lab:
+    """The lab, required to have its Kubernetes control plane (error if started with NODEREMEDY_LAB_KUBE=0)."""
+    if lab.kubeconfig is None:
+        pytest.fail("this test needs the lab's control plane; unset NODEREMEDY_LAB_KUBE=0")
+    return lab

@@ -1,0 +1,158 @@
+"""The lab is real: its control plane schedules pods on kwok nodes, a BMC power cut turns a node
+NotReady through the real node lifecycle controller, and the out-of-service taint makes the real
+kube-controller-manager force-delete the dead node's pods (KEP-2268)."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+import pytest
+
+pytestmark = [pytest.mark.lab, pytest.mark.kube]
+
+
+def _wait(predicate, timeout: float, what: str, interval: float = 0.25):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}; last: {last!r}")
+
+
+def _json(lab, *args):
+    out = lab.kubectl(*args, "-o", "json")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+@pytest.fixture
+def namespace(lab_kube):
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    assert lab_kube.kubectl("create", "namespace", name).returncode == 0
+    yield name
+    lab_kube.kubectl("delete", "namespace", name, "--wait=false")
+
+
+def test_control_plane_versions_and_nodes(lab_kube):
+    version = _json(lab_kube, "version")
+    assert version["serverVersion"]["gitVersion"] == "v1.34.4"
+    nodes = _json(lab_kube, "get", "nodes")["items"]
+    names = sorted(n["metadata"]["name"] for n in nodes)
+    assert names == sorted(lab_kube.info["nodes"])
+    for node in nodes:
+        ready = {c["type"]: c["status"] for c in node["status"]["conditions"]}["Ready"]
+        assert ready == "True", node["metadata"]["name"]
+        assert not node["spec"].get("taints"), node["spec"]
+
+
+def test_pod_is_scheduled_and_running_on_a_kwok_node(lab_kube, namespace):
+    manifest = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "web", "namespace": namespace},
+        "spec": {"containers": [{"name": "web", "image": "registry.invalid/web:1"}]},
+    }
+    path = lab_kube.config.workdir / f"{namespace}-pod.json"
+    path.write_text(json.dumps(manifest))
+    res = lab_kube.kubectl("create", "-f", str(path))
+    assert res.returncode == 0, res.stderr
+
+    def running():
+        pod = _json(lab_kube, "-n", namespace, "get", "pod", "web")
+        return pod if pod["status"].get("phase") == "Running" else None
+
+    pod = _wait(running, 60, "pod web Running")
+    assert pod["spec"]["nodeName"] in lab_kube.info["nodes"]
+    ready = {c["type"]: c["status"] for c in pod["status"]["conditions"]}
+    assert ready.get("Ready") == "True"
+
+
+def test_power_off_makes_node_notready_and_power_on_brings_it_back(lab_kube):
+    node = lab_kube.info["nodes"][-1]
+    bmc = lab_kube.info["devices"]["bmcs"][node]
+    lab_kube.power_off(node)
+    try:
+        status = lab_kube.ipmitool(node, "chassis", "power", "status")
+        assert "is off" in status.stdout, status.stdout + status.stderr
+        labels = _json(lab_kube, "get", "node", node)["metadata"]["labels"]
+        assert labels["lab.noderemedy.io/power"] == "off"
+        grace = lab_kube.config.node_monitor_grace_period
+        t0 = time.monotonic()
+        states = lab_kube.wait_nodes([node], {"False", "Unknown"}, timeout=grace + 30)
+        assert states[node] in {"False", "Unknown"}
+        print(f"NotReady after {time.monotonic() - t0:.1f} s (grace {grace} s)")
+        assert open(bmc["power_file"]).read().strip() == "0"
+    finally:
+        lab_kube.power_on(node)
+    lab_kube.wait_nodes([node], "True", timeout=60)
+    assert open(bmc["power_file"]).read().strip() == "1"
+    taints = _json(lab_kube, "get", "node", node)["spec"].get("taints") or []
+    _wait(
+        lambda: not (_json(lab_kube, "get", "node", node)["spec"].get("taints") or []),
+        60,
+        f"unreachable taints removed from {node} (had {taints})",
+    )
+
+
+def test_out_of_service_taint_force_deletes_pods_of_a_dead_node(lab_kube, namespace):
+    node = lab_kube.info["nodes"][0]
+    manifest = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "stuck", "namespace": namespace},
+        "spec": {
+            "nodeName": node,
+            "containers": [{"name": "c", "image": "registry.invalid/c:1"}],
+            # tolerate the unreachable/not-ready taints for a long time, as a StatefulSet pod
+            # effectively does: only the out-of-service taint may release it
+            "tolerations": [
+                {
+                    "key": "node.kubernetes.io/unreachable",
+                    "operator": "Exists",
+                    "effect": "NoExecute",
+                    "tolerationSeconds": 3600,
+                },
+                {
+                    "key": "node.kubernetes.io/not-ready",
+                    "operator": "Exists",
+                    "effect": "NoExecute",
+                    "tolerationSeconds": 3600,
+                },
+            ],
+        },
+    }
+    path = lab_kube.config.workdir / f"{namespace}-stuck.json"
+    path.write_text(json.dumps(manifest))
+    assert lab_kube.kubectl("create", "-f", str(path)).returncode == 0
+    _wait(
+        lambda: _json(lab_kube, "-n", namespace, "get", "pod", "stuck")["status"].get("phase") == "Running",
+        60,
+        "pod stuck Running",
+    )
+    lab_kube.power_off(node)
+    try:
+        lab_kube.wait_nodes(
+            [node], {"False", "Unknown"}, timeout=lab_kube.config.node_monitor_grace_period + 30
+        )
+        # without the taint the pod stays: the control plane cannot know the node is dead
+        pod = _json(lab_kube, "-n", namespace, "get", "pod", "stuck")
+        assert pod["metadata"].get("deletionTimestamp") is None
+        res = lab_kube.kubectl(
+            "taint", "node", node, "node.kubernetes.io/out-of-service=nodeshutdown:NoExecute"
+        )
+        assert res.returncode == 0, res.stderr
+
+        def gone():
+            out = lab_kube.kubectl("-n", namespace, "get", "pod", "stuck", "-o", "name")
+            return "NotFound" in out.stderr
+
+        _wait(gone, 90, "pod stuck force-deleted by the controller-manager")
+    finally:
+        lab_kube.kubectl("taint", "node", node, "node.kubernetes.io/out-of-service-")
+        lab_kube.power_on(node)
+        lab_kube.wait_nodes([node], "True", timeout=60)
