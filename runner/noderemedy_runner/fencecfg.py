@@ -1,0 +1,588 @@
+"""Parser for the node remedy seed's fence configuration: ConfigMap ``data`` dicts → typed objects.
+
+Format (node remedy seed, "Bare-metal configmaps"; DESIGN.md "NodeFence")::
+
+    # ConfigMap fence-config-<node>
+    data:
+      config.properties: |
+        node_name=<node>
+        isolation=fc-off                 # ordered method names, space or comma separated
+        power_management=eaton-off eaton-on
+        recovery=fc-on
+      fence-method-fc-off: |
+        template=fence-method-template-fc-switch
+        plug=2
+        action=off
+
+    # ConfigMap fence-method-template-<name>
+    data:
+      template.properties: |
+        type=pdu                         # ipmi | pdu | fc (or the seed's agent_name=fence_...)
+        model=eaton                      # pdu: auto | apc-rpdu | apc-ms | apc-ms6 | eaton |
+                                         #      eaton-managed | eaton-switched | generic
+                                         # fc: ifmib | cisco-mds; ipmi: none
+        address=127.0.0.1:16013          # host[:port] or scheme://host[:port]
+        secret=eaton-pdu-credentials     # the Secret holding the credentials (its *name*)
+        snmp_version=2c                  # optional non-secret device options, per type
+                                         # (DEVICE_OPTIONS), passed to the module as they are
+
+Credentials never live in these ConfigMaps: ``password=``, ``username=``, ``community=`` and the
+like are rejected with a pointer to ``secret=``. The parsed result carries Secret *names* only.
+Device types map to modules: ``ipmi`` → ``noderemedy.core.ipmi_power``, ``pdu`` →
+``noderemedy.core.pdu_outlet``, ``fc`` → ``noderemedy.core.fc_port``; ``model`` maps to the
+module's ``profile`` (:data:`MODEL_PROFILES`) and a method's ``action`` to the module's
+``state`` (:data:`ACTION_STATES`: fc ``off``/``on`` are ``disabled``/``enabled``).
+
+Every problem raises :class:`FenceConfigError` naming the ConfigMap, the key and what is wrong.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from noderemedy_runner.actions import Step
+
+DeviceType = Literal["ipmi", "pdu", "fc"]
+
+CONFIG_PREFIX = "fence-config-"
+METHOD_PREFIX = "fence-method-"
+TEMPLATE_PREFIX = "fence-method-template-"
+CONFIG_KEY = "config.properties"
+TEMPLATE_KEY = "template.properties"
+
+DEVICE_MODULES: dict[str, str] = {
+    "ipmi": "noderemedy.core.ipmi_power",
+    "pdu": "noderemedy.core.pdu_outlet",
+    "fc": "noderemedy.core.fc_port",
+}
+#: ``model=`` per device type → the module's ``profile`` option (first entry: the default).
+#: ``eaton`` is fence_eaton_snmp's behaviour: detect managed/switched by sysObjectID (``auto``).
+MODEL_PROFILES: dict[str, dict[str, str]] = {
+    "ipmi": {},
+    "pdu": {
+        "auto": "auto",
+        "apc-rpdu": "apc_rpdu",
+        "apc-ms": "apc_ms",
+        "apc-ms6": "apc_ms6",
+        "eaton": "auto",
+        "eaton-managed": "eaton_managed",
+        "eaton-switched": "eaton_switched",
+        "generic": "generic",
+    },
+    "fc": {"ifmib": "ifmib", "cisco-mds": "cisco_mds"},
+}
+PDU_MODELS = tuple(MODEL_PROFILES["pdu"])
+DEVICE_ACTIONS: dict[str, tuple[str, ...]] = {
+    "ipmi": ("on", "off", "reboot"),
+    "pdu": ("on", "off", "reboot"),
+    "fc": ("on", "off"),
+}
+#: A method's ``action`` → the module's ``state``.
+ACTION_STATES: dict[str, dict[str, str]] = {
+    "ipmi": {"on": "on", "off": "off", "reboot": "reboot"},
+    "pdu": {"on": "on", "off": "off", "reboot": "reboot"},
+    "fc": {"on": "enabled", "off": "disabled"},
+}
+_SNMP_OPTIONS: dict[str, tuple[str, ...] | None] = {
+    "snmp_version": ("1", "2c", "3"),
+    "snmp_sec_level": ("noAuthNoPriv", "authNoPriv", "authPriv"),
+    "snmp_auth_prot": ("MD5", "SHA", "SHA224", "SHA256", "SHA384", "SHA512"),
+    "snmp_priv_prot": ("DES", "AES", "AES192", "AES256"),
+}
+_INT = ("<integer>",)
+_OID = ("<oid>",)
+_OID_RE = re.compile(r"^\.?[0-9]+(\.[0-9]+)+$")
+#: Non-secret device options a template may set, per type, with their allowed values (``_INT``:
+#: an integer, ``_OID``: a dotted OID, ``_BOOL``: true/false). Names are the modules' options.
+DEVICE_OPTIONS: dict[str, dict[str, tuple[str, ...] | None]] = {
+    "ipmi": {"cipher": ("3", "17"), "privlvl": ("callback", "user", "operator", "administrator")},
+    "pdu": {
+        **_SNMP_OPTIONS,
+        "status_oid": _OID,
+        "control_oid": _OID,
+        "names_oid": _OID,
+        "status_on": _INT,
+        "status_off": _INT,
+        "control_on": _INT,
+        "control_off": _INT,
+    },
+    "fc": {**_SNMP_OPTIONS, "verify_oper_status": ("true", "false")},
+}
+_GENERIC_ONLY = (
+    "status_oid",
+    "control_oid",
+    "names_oid",
+    "status_on",
+    "status_off",
+    "control_on",
+    "control_off",
+)
+#: The seed's fence-agents ``agent_name=`` values and the (type, model) they stand for.
+SEED_AGENTS: dict[str, tuple[str, str | None]] = {
+    "fence_ipmilan": ("ipmi", None),
+    "fence_apc_snmp": ("pdu", "auto"),
+    "fence_eaton_snmp": ("pdu", "eaton"),
+    "fence_ifmib": ("fc", "ifmib"),
+    "fence_brocade": ("fc", "ifmib"),  # driven through the switch's IF-MIB, not fence_brocade's telnet
+    "fence_cisco_mds": ("fc", "cisco-mds"),
+}
+#: config.properties keys → NodeFence step.
+STEP_KEYS: dict[str, Step] = {
+    "isolation": "Isolation",
+    "power_management": "PowerManagement",
+    "recovery": "Recovery",
+}
+_CREDENTIAL_KEYS = (
+    "password",
+    "passwd",
+    "username",
+    "login",
+    "user",
+    "community",
+    "auth_key",
+    "priv_key",
+    "snmp_priv_passwd",
+)
+_TEMPLATE_KEYS = ("name", "type", "agent_name", "model", "address", "ipaddr", "ipport", "secret")
+_METHOD_KEYS = ("template", "plug", "action")
+
+_PROP_KEY_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
+_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS_SUBDOMAIN_RE = re.compile(rf"^{_DNS_LABEL}(\.{_DNS_LABEL})*$")
+_METHOD_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$")
+_PLUG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$")
+_ADDRESS_RE = re.compile(
+    r"^(?:(?P<scheme>[a-z][a-z0-9+.-]*)://)?"
+    r"(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?)"
+    r"(?::(?P<port>[0-9]{1,5}))?/?$"
+)
+
+
+class FenceConfigError(ValueError):
+    """A fence ConfigMap that cannot be used.
+
+    Attributes: ``configmap`` (its name), ``key`` (the data key, or None for the object itself),
+    ``problem`` (what is wrong). ``str()`` reads ``ConfigMap 'x' key 'y': problem``.
+    """
+
+    def __init__(self, configmap: str, key: str | None, problem: str) -> None:
+        self.configmap = configmap
+        self.key = key
+        self.problem = problem
+        where = f"ConfigMap {configmap!r}" + (f" key {key!r}" if key is not None else "")
+        super().__init__(f"{where}: {problem}")
+
+
+@dataclass(frozen=True)
+class FenceTemplate:
+    """A ``fence-method-template-<name>`` ConfigMap: one fencing device.
+
+    ``configmap`` is the template's ConfigMap name, ``device_type`` ipmi/pdu/fc, ``model`` the
+    device family as written (pdu/fc; None for ipmi), ``address`` host[:port] or
+    scheme://host[:port] as written, ``ipaddr``/``ipport`` the host and port parsed from it
+    (``ipport`` None: the module's default, 623 for IPMI, 161 for SNMP), ``secret_name`` the
+    Secret (same namespace) with the device's credentials, ``options`` non-secret module options
+    (:data:`DEVICE_OPTIONS`) as sorted (name, value) pairs.
+    """
+
+    configmap: str
+    device_type: DeviceType
+    model: str | None
+    address: str
+    secret_name: str
+    ipaddr: str = ""
+    ipport: int | None = None
+    options: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def module(self) -> str:
+        """FQCN of the collection module that drives this device type."""
+        return DEVICE_MODULES[self.device_type]
+
+    @property
+    def profile(self) -> str | None:
+        """The module's ``profile`` option for ``model`` (None for ipmi)."""
+        return None if self.model is None else MODEL_PROFILES[self.device_type][self.model]
+
+
+@dataclass(frozen=True)
+class FenceMethod:
+    """A ``fence-method-<name>`` entry: ``action`` (on/off/reboot) on ``plug`` of ``template``'s
+    device (``plug`` is None for ipmi, whose BMC is per host)."""
+
+    name: str
+    template: FenceTemplate
+    plug: str | None
+    action: str
+
+    @property
+    def state(self) -> str:
+        """The module's ``state`` for ``action`` (fc: ``disabled`` for off, ``enabled`` for on)."""
+        return ACTION_STATES[self.template.device_type][self.action]
+
+    def to_extravars(self) -> dict[str, Any]:
+        """The method as executor extravars: references only (Secret *name*, never its data).
+
+        Shape: ``name``, ``module`` (FQCN), ``device_type``, ``model``, ``profile``, ``address``,
+        ``ipaddr``, ``ipport``, ``plug``, ``action`` (seed), ``state`` (module), ``options``
+        (dict of non-secret module options), ``template`` and ``secret_name``.
+        """
+        t = self.template
+        return {
+            "name": self.name,
+            "module": t.module,
+            "device_type": t.device_type,
+            "model": t.model,
+            "profile": t.profile,
+            "address": t.address,
+            "ipaddr": t.ipaddr,
+            "ipport": t.ipport,
+            "plug": self.plug,
+            "action": self.action,
+            "state": self.state,
+            "options": dict(t.options),
+            "template": t.configmap,
+            "secret_name": t.secret_name,
+        }
+
+
+@dataclass(frozen=True)
+class FenceConfig:
+    """A parsed ``fence-config-<node>`` ConfigMap: the ordered methods of each step."""
+
+    configmap: str
+    node: str
+    isolation: tuple[FenceMethod, ...]
+    power_management: tuple[FenceMethod, ...]
+    recovery: tuple[FenceMethod, ...]
+
+    def methods(self, step: Step) -> tuple[FenceMethod, ...]:
+        """The ordered methods of ``step``."""
+        return {
+            "Isolation": self.isolation,
+            "PowerManagement": self.power_management,
+            "Recovery": self.recovery,
+        }[step]
+
+    def secret_names(self) -> frozenset[str]:
+        """Names of every Secret the configuration refers to (for RBAC checks and pre-flight)."""
+        return frozenset(m.template.secret_name for s in STEP_KEYS.values() for m in self.methods(s))
+
+
+def config_map_name(node: str) -> str:
+    """``fence-config-<node>``, the seed's per-node ConfigMap name."""
+    return CONFIG_PREFIX + node
+
+
+def parse_properties(text: Any, configmap: str, key: str) -> dict[str, str]:
+    """Parse ``key=value`` lines (a simple Java-properties subset) into a dict.
+
+    Blank lines and lines starting with ``#`` or ``!`` are skipped; whitespace around keys and
+    values is dropped. Raises :class:`FenceConfigError` for a non-string value, a line without
+    ``=``, an empty or malformed key, or a key given twice (with both line numbers). Messages
+    name lines by number and never echo a malformed line (it may hold a credential).
+    """
+    if not isinstance(text, str):
+        raise FenceConfigError(configmap, key, f"value must be a string, got {type(text).__name__}")
+    out: dict[str, str] = {}
+    seen: dict[str, int] = {}
+    for lineno, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        if "=" not in line:
+            # the line is not echoed: it may be a credential written without '=' (invariant 5)
+            raise FenceConfigError(configmap, key, f"line {lineno}: expected key=value (no '=' found)")
+        prop, _, value = line.partition("=")
+        prop = prop.strip()
+        if not _PROP_KEY_RE.match(prop):
+            raise FenceConfigError(
+                configmap, key, f"line {lineno}: malformed property name (letters, digits, '_', '.', '-')"
+            )
+        if prop in seen:
+            raise FenceConfigError(configmap, key, f"line {lineno}: {prop}= already set on line {seen[prop]}")
+        seen[prop] = lineno
+        out[prop] = value.strip()
+    return out
+
+
+def _method_list(value: str, configmap: str, prop: str) -> tuple[str, ...]:
+    names = tuple(n for n in re.split(r"[\s,]+", value) if n)
+    for name in names:
+        if not _METHOD_NAME_RE.match(name):
+            raise FenceConfigError(
+                configmap, CONFIG_KEY, f"{prop}=: method name {name!r} is not lowercase [a-z0-9-_.]"
+            )
+    return names
+
+
+def _reject_credentials(props: Mapping[str, str], configmap: str, key: str) -> None:
+    for prop in props:
+        if prop.lower() in _CREDENTIAL_KEYS:
+            raise FenceConfigError(
+                configmap,
+                key,
+                f"{prop}= is a credential: credentials belong in the Secret named by secret= "
+                "(a ConfigMap is readable by anyone who can read the namespace)",
+            )
+
+
+def _reject_unknown(props: Mapping[str, str], allowed: tuple[str, ...], configmap: str, key: str) -> None:
+    unknown = sorted(set(props) - set(allowed))
+    if unknown:
+        raise FenceConfigError(configmap, key, f"unknown properties {unknown}; allowed: {list(allowed)}")
+
+
+def _parse_address(address: str, configmap: str) -> tuple[str, int | None]:
+    m = _ADDRESS_RE.match(address)
+    if not m:
+        raise FenceConfigError(
+            configmap, TEMPLATE_KEY, f"address={address!r} is not host[:port] or scheme://host[:port]"
+        )
+    port = m.group("port")
+    if port is not None and not 1 <= int(port) <= 65535:
+        raise FenceConfigError(configmap, TEMPLATE_KEY, f"address={address!r}: port {port} not in 1..65535")
+    return m.group("host").strip("[]"), None if port is None else int(port)
+
+
+def _device_options(
+    props: Mapping[str, str], dtype: str, model: str | None, configmap: str
+) -> tuple[tuple[str, str], ...]:
+    allowed = DEVICE_OPTIONS[dtype]
+    out: list[tuple[str, str]] = []
+    for key in sorted(set(props) - set(_TEMPLATE_KEYS)):
+        if key not in allowed:
+            raise FenceConfigError(
+                configmap,
+                TEMPLATE_KEY,
+                f"unknown properties [{key!r}] for type={dtype}; allowed: {list(_TEMPLATE_KEYS) + sorted(allowed)}",
+            )
+        value = props[key]
+        choices = allowed[key]
+        if key in _GENERIC_ONLY and model != "generic":
+            raise FenceConfigError(configmap, TEMPLATE_KEY, f"{key}= applies to model=generic only")
+        if choices == _INT:
+            ok = value.isdigit()
+        elif choices == _OID:
+            ok = bool(_OID_RE.match(value))
+        else:
+            ok = choices is None or value in choices
+        if not ok:
+            want = (
+                "an integer"
+                if choices == _INT
+                else "a dotted OID"
+                if choices == _OID
+                else f"one of {list(choices or ())}"
+            )
+            raise FenceConfigError(configmap, TEMPLATE_KEY, f"{key}={value!r} is not {want}")
+        out.append((key, value))
+    if model == "generic" and "status_oid" not in props:
+        raise FenceConfigError(configmap, TEMPLATE_KEY, "model=generic needs status_oid=")
+    return tuple(out)
+
+
+def parse_template(configmap: str, data: Any) -> FenceTemplate:
+    """Parse a ``fence-method-template-<name>`` ConfigMap's ``data``.
+
+    Required: ``type=`` (ipmi|pdu|fc) or the seed's ``agent_name=`` (see :data:`SEED_AGENTS`),
+    ``address=`` (or the seed's ``ipaddr=`` with optional ``ipport=``), ``secret=`` (a Secret
+    name). ``model=`` for pdu and fc (:data:`MODEL_PROFILES`; default ``auto`` / ``ifmib``).
+    Optional non-secret device options per :data:`DEVICE_OPTIONS`. Raises
+    :class:`FenceConfigError` for anything else, and for credentials.
+    """
+    if not configmap.startswith(TEMPLATE_PREFIX) or len(configmap) == len(TEMPLATE_PREFIX):
+        raise FenceConfigError(configmap, None, f"template ConfigMap names start with {TEMPLATE_PREFIX!r}")
+    if not isinstance(data, Mapping):
+        raise FenceConfigError(configmap, None, f"data must be a mapping, got {type(data).__name__}")
+    if TEMPLATE_KEY not in data:
+        raise FenceConfigError(configmap, TEMPLATE_KEY, f"missing; data keys are {sorted(map(str, data))}")
+    extra = sorted(str(k) for k in data if k != TEMPLATE_KEY)
+    if extra:
+        raise FenceConfigError(configmap, extra[0], f"unexpected key; a template holds only {TEMPLATE_KEY}")
+    props = parse_properties(data[TEMPLATE_KEY], configmap, TEMPLATE_KEY)
+    _reject_credentials(props, configmap, TEMPLATE_KEY)
+
+    seed_model: str | None = None
+    if "type" in props and "agent_name" in props:
+        raise FenceConfigError(configmap, TEMPLATE_KEY, "give type= or agent_name=, not both")
+    if "type" in props:
+        dtype = props["type"]
+        if dtype not in DEVICE_MODULES:
+            raise FenceConfigError(
+                configmap, TEMPLATE_KEY, f"type={dtype!r} not one of {sorted(DEVICE_MODULES)}"
+            )
+    elif "agent_name" in props:
+        agent = props["agent_name"]
+        if agent not in SEED_AGENTS:
+            raise FenceConfigError(
+                configmap, TEMPLATE_KEY, f"agent_name={agent!r} not one of {sorted(SEED_AGENTS)}"
+            )
+        dtype, seed_model = SEED_AGENTS[agent]
+    else:
+        raise FenceConfigError(configmap, TEMPLATE_KEY, f"missing type= (one of {sorted(DEVICE_MODULES)})")
+
+    models = MODEL_PROFILES[dtype]
+    model: str | None = None
+    if models:
+        model = props.get("model") or seed_model or next(iter(models))
+        if model not in models:
+            raise FenceConfigError(
+                configmap, TEMPLATE_KEY, f"model={model!r} not one of {list(models)} for type={dtype}"
+            )
+    elif "model" in props:
+        raise FenceConfigError(configmap, TEMPLATE_KEY, f"model= does not apply to type={dtype}")
+    options = _device_options(props, dtype, model, configmap)
+
+    if "address" in props and ("ipaddr" in props or "ipport" in props):
+        raise FenceConfigError(configmap, TEMPLATE_KEY, "give address= or ipaddr=/ipport=, not both")
+    if "address" in props:
+        address = props["address"]
+    elif "ipaddr" in props:
+        address = props["ipaddr"] + (f":{props['ipport']}" if props.get("ipport") else "")
+    else:
+        raise FenceConfigError(configmap, TEMPLATE_KEY, "missing address= (host[:port] of the device)")
+    if not address:
+        raise FenceConfigError(configmap, TEMPLATE_KEY, "address= is empty")
+    host, port = _parse_address(address, configmap)
+
+    secret = props.get("secret", "")
+    if not secret:
+        raise FenceConfigError(
+            configmap, TEMPLATE_KEY, "missing secret= (name of the Secret with the credentials)"
+        )
+    if not _DNS_SUBDOMAIN_RE.match(secret) or len(secret) > 253:
+        raise FenceConfigError(configmap, TEMPLATE_KEY, f"secret={secret!r} is not a valid Secret name")
+    return FenceTemplate(configmap, dtype, model, address, secret, host, port, options)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class _RawConfig:
+    node: str
+    steps: dict[str, tuple[str, ...]]
+    methods: dict[str, dict[str, str]]
+
+
+def _parse_raw(configmap: str, data: Any, node: str | None) -> _RawConfig:
+    if not configmap.startswith(CONFIG_PREFIX) or len(configmap) == len(CONFIG_PREFIX):
+        raise FenceConfigError(
+            configmap, None, f"fence configuration ConfigMaps are named {CONFIG_PREFIX}<node>"
+        )
+    name_node = configmap[len(CONFIG_PREFIX) :]
+    if node is not None and node != name_node:
+        raise FenceConfigError(configmap, None, f"is not the fence configuration of node {node!r}")
+    if not isinstance(data, Mapping):
+        raise FenceConfigError(configmap, None, f"data must be a mapping, got {type(data).__name__}")
+    if CONFIG_KEY not in data:
+        raise FenceConfigError(configmap, CONFIG_KEY, f"missing; data keys are {sorted(map(str, data))}")
+    for key in data:
+        if key != CONFIG_KEY and not (isinstance(key, str) and key.startswith(METHOD_PREFIX)):
+            raise FenceConfigError(
+                configmap, str(key), f"unexpected key; expected {CONFIG_KEY} or {METHOD_PREFIX}<name>"
+            )
+    props = parse_properties(data[CONFIG_KEY], configmap, CONFIG_KEY)
+    _reject_credentials(props, configmap, CONFIG_KEY)
+    _reject_unknown(props, ("node_name", *STEP_KEYS), configmap, CONFIG_KEY)
+    if "node_name" not in props:
+        raise FenceConfigError(configmap, CONFIG_KEY, "missing node_name=")
+    if props["node_name"] != name_node:
+        raise FenceConfigError(
+            configmap,
+            CONFIG_KEY,
+            f"node_name={props['node_name']!r} does not match the ConfigMap's node {name_node!r}",
+        )
+    steps: dict[str, tuple[str, ...]] = {}
+    for prop in STEP_KEYS:
+        if prop not in props:
+            raise FenceConfigError(configmap, CONFIG_KEY, f"missing {prop}= (leave it empty for no methods)")
+        steps[prop] = _method_list(props[prop], configmap, prop)
+    methods: dict[str, dict[str, str]] = {}
+    for names in steps.values():
+        for name in names:
+            if name in methods:
+                continue
+            key = METHOD_PREFIX + name
+            if key not in data:
+                using = [p for p, ns in steps.items() if name in ns]
+                raise FenceConfigError(
+                    configmap, key, f"missing (method {name!r} is listed in {', '.join(using)}=)"
+                )
+            mprops = parse_properties(data[key], configmap, key)
+            _reject_credentials(mprops, configmap, key)
+            _reject_unknown(mprops, _METHOD_KEYS, configmap, key)
+            tmpl = mprops.get("template", "")
+            if not tmpl:
+                raise FenceConfigError(configmap, key, f"missing template= ({TEMPLATE_PREFIX}<name>)")
+            if not tmpl.startswith(TEMPLATE_PREFIX) or not _DNS_SUBDOMAIN_RE.match(tmpl) or len(tmpl) > 253:
+                raise FenceConfigError(
+                    configmap, key, f"template={tmpl!r} is not a ConfigMap name {TEMPLATE_PREFIX}<name>"
+                )
+            if not mprops.get("action"):
+                raise FenceConfigError(configmap, key, "missing action=")
+            methods[name] = mprops
+    return _RawConfig(name_node, steps, methods)
+
+
+def required_templates(configmap: str, data: Any, node: str | None = None) -> frozenset[str]:
+    """Names of the template ConfigMaps a ``fence-config-<node>`` refers to (to fetch them).
+
+    Raises :class:`FenceConfigError` exactly as :func:`parse_fence_config` does for this ConfigMap.
+    """
+    raw = _parse_raw(configmap, data, node)
+    return frozenset(m["template"] for m in raw.methods.values())
+
+
+def parse_fence_config(
+    configmap: str,
+    data: Any,
+    templates: Mapping[str, Any],
+    node: str | None = None,
+) -> FenceConfig:
+    """Parse a ``fence-config-<node>`` ConfigMap's ``data`` with its templates' ``data``.
+
+    ``templates`` maps template ConfigMap names to their ``data`` (at least those of
+    :func:`required_templates`). ``node``, if given, must be the ConfigMap's node.
+    Raises :class:`FenceConfigError` (which ConfigMap, which key, what is wrong) for: a wrong
+    name, unknown keys, malformed properties, a missing or mismatched ``node_name``, a step
+    naming a method with no ``fence-method-<name>`` entry, a missing template, an action the
+    device type does not support (ipmi/pdu: on, off, reboot; fc: on, off), a plug on an ipmi
+    method or a missing plug on a pdu/fc method, and credentials anywhere.
+    """
+    raw = _parse_raw(configmap, data, node)
+    parsed_templates: dict[str, FenceTemplate] = {}
+    methods: dict[str, FenceMethod] = {}
+    for name, mprops in raw.methods.items():
+        key = METHOD_PREFIX + name
+        tname = mprops["template"]
+        if tname not in parsed_templates:
+            if tname not in templates:
+                raise FenceConfigError(configmap, key, f"template ConfigMap {tname!r} not found")
+            parsed_templates[tname] = parse_template(tname, templates[tname])
+        template = parsed_templates[tname]
+        action = mprops["action"]
+        allowed = DEVICE_ACTIONS[template.device_type]
+        if action not in allowed:
+            raise FenceConfigError(
+                configmap,
+                key,
+                f"action={action!r} not supported by {template.device_type} devices {list(allowed)}",
+            )
+        plug: str | None = mprops.get("plug") or None
+        if template.device_type == "ipmi":
+            if plug is not None:
+                raise FenceConfigError(configmap, key, "plug= does not apply to ipmi (the BMC is per host)")
+        else:
+            if plug is None:
+                raise FenceConfigError(
+                    configmap,
+                    key,
+                    f"missing plug= ({'outlet' if template.device_type == 'pdu' else 'port'} of {tname})",
+                )
+            if not _PLUG_RE.match(plug):
+                raise FenceConfigError(configmap, key, f"plug={plug!r} is not an outlet/port name or number")
+        methods[name] = FenceMethod(name, template, plug, action)
+    steps = {prop: tuple(methods[n] for n in names) for prop, names in raw.steps.items()}
+    return FenceConfig(configmap, raw.node, steps["isolation"], steps["power_management"], steps["recovery"])

@@ -1,0 +1,468 @@
+"""The NodeFence state machine (node remedy seed's automaton), as a pure decision function.
+
+``decide(name, status, observations, config, policy) -> Action``: no I/O, no clock; the caller
+passes ``now`` in the observations. The reconciler loops: observe → decide → perform the action
+→ (for ``write_status``) persist the status → decide again. Everything needed to resume is in
+the persisted :class:`NodeFenceStatus` (DESIGN.md invariant 4); a run's result that is lost in a
+crash is recovered by replaying the same run (same ``ident``; every action is idempotent).
+
+Automaton (DESIGN.md "NodeFence"; docs/state-machines.md has the diagram)::
+
+    New      node NotReady for grace_seconds → run Isolation → Running
+             node Ready → Final (nothing done yet) or Done (after a restart: recover)
+    Running  node Ready → Done; else run PowerManagement → Done
+    Done     node Ready → run Recovery, remove the out-of-service taint → Final;
+             NotReady for recovery_timeout_seconds after entering Done → Error
+    Error    after restart_delay_seconds → New (restarts + 1) while restarts < max_restarts;
+             then stay Error (Succeeded=False, RestartLimitReached)
+    Final    nothing (Succeeded=True)
+
+A failed step run is retried ``step_retries`` times (``retries`` counts them) before Error.
+In Running and Done (before Recovery) the node's workloads are released with the out-of-service
+taint as soon as an observation shows a verified fence of this node; the taint action cannot be
+built without one (:func:`noderemedy_runner.actions.taint_out_of_service`, invariant 1).
+
+Conditions (medik8s vocabulary): ``Processing``, ``FenceAgentActionSucceeded``, ``Succeeded``,
+plus ``FenceVerified`` (the last step's read-back showed a fence holding).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from noderemedy_runner import actions as act
+from noderemedy_runner.actions import STEPS, Action, FenceReading, Step
+from noderemedy_runner.conditions import (
+    Condition,
+    ConditionStatus,
+    find_condition,
+    format_time,
+    is_true,
+    parse_time,
+    set_condition,
+)
+from noderemedy_runner.fencecfg import FenceConfig, FenceMethod
+
+Phase = Literal["New", "Running", "Done", "Final", "Error"]
+PHASES: tuple[Phase, ...] = ("New", "Running", "Done", "Final", "Error")
+
+PROCESSING = "Processing"
+FENCE_AGENT_ACTION_SUCCEEDED = "FenceAgentActionSucceeded"
+SUCCEEDED = "Succeeded"
+FENCE_VERIFIED = "FenceVerified"
+
+#: Longest executor message copied into a condition (metav1.Condition allows 32768).
+MAX_MESSAGE = 1024
+
+_STEP_SLUG: dict[str, str] = {
+    "Isolation": "isolation",
+    "PowerManagement": "power-management",
+    "Recovery": "recovery",
+}
+
+
+@dataclass(frozen=True)
+class RunRef:
+    """The step run the status has committed to: ansible-runner ``ident``, ``step``, ``attempt``
+    (0-based, equals ``retries`` when started), ``not_before`` (seconds; retry back-off)."""
+
+    ident: str
+    step: Step
+    attempt: int
+    not_before: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON shape in ``status.currentRun``."""
+        return {
+            "ident": self.ident,
+            "step": self.step,
+            "attempt": self.attempt,
+            "notBefore": format_time(self.not_before),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RunRef:
+        """Inverse of :meth:`to_dict`; ValueError on a malformed object."""
+        step = data["step"]
+        if step not in STEPS:
+            raise ValueError(f"status.currentRun.step {step!r} not in {STEPS}")
+        return cls(str(data["ident"]), step, int(data["attempt"]), parse_time(str(data["notBefore"])))
+
+
+@dataclass(frozen=True)
+class NodeFenceStatus:
+    """``NodeFence.status``: ``status`` (phase), ``step``, ``retries`` (of the current step),
+    ``restarts`` (of the whole flow), ``jobs`` (idents of finished runs, oldest first),
+    ``current_run``, ``conditions``, ``observed_generation``, ``start_time`` and
+    ``last_transition_time`` (seconds; when fencing started / when ``status`` last changed)."""
+
+    status: Phase = "New"
+    step: Step = "Isolation"
+    retries: int = 0
+    restarts: int = 0
+    jobs: tuple[str, ...] = ()
+    current_run: RunRef | None = None
+    conditions: tuple[Condition, ...] = ()
+    observed_generation: int = 0
+    start_time: float | None = None
+    last_transition_time: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The status subresource's JSON (camelCase, RFC 3339 times; optional fields omitted)."""
+        out: dict[str, Any] = {
+            "status": self.status,
+            "step": self.step,
+            "retries": self.retries,
+            "restarts": self.restarts,
+            "jobs": list(self.jobs),
+            "conditions": [c.to_dict() for c in self.conditions],
+            "observedGeneration": self.observed_generation,
+        }
+        if self.current_run is not None:
+            out["currentRun"] = self.current_run.to_dict()
+        if self.start_time is not None:
+            out["startTime"] = format_time(self.start_time)
+        if self.last_transition_time is not None:
+            out["lastTransitionTime"] = format_time(self.last_transition_time)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> NodeFenceStatus:
+        """Parse ``.status`` (None or ``{}`` → a fresh New status). ValueError names the field."""
+        if not data:
+            return cls()
+        phase = data.get("status", "New")
+        if phase not in PHASES:
+            raise ValueError(f"status.status {phase!r} not in {PHASES}")
+        step = data.get("step", "Isolation")
+        if step not in STEPS:
+            raise ValueError(f"status.step {step!r} not in {STEPS}")
+        run = data.get("currentRun")
+        return cls(
+            status=phase,
+            step=step,
+            retries=int(data.get("retries", 0)),
+            restarts=int(data.get("restarts", 0)),
+            jobs=tuple(str(j) for j in data.get("jobs", ())),
+            current_run=RunRef.from_dict(run) if run else None,
+            conditions=tuple(Condition.from_dict(c) for c in data.get("conditions", ())),
+            observed_generation=int(data.get("observedGeneration", 0)),
+            start_time=parse_time(data["startTime"]) if data.get("startTime") else None,
+            last_transition_time=parse_time(data["lastTransitionTime"])
+            if data.get("lastTransitionTime")
+            else None,
+        )
+
+
+@dataclass(frozen=True)
+class NodeFencePolicy:
+    """Tunables (all durations in seconds). ``step_retries``: extra attempts per step;
+    ``max_restarts``: Error → New restarts of the whole flow. Raises ValueError when negative."""
+
+    grace_seconds: float = 60.0
+    step_retries: int = 2
+    retry_delay_seconds: float = 10.0
+    recovery_timeout_seconds: float = 600.0
+    max_restarts: int = 1
+    restart_delay_seconds: float = 30.0
+
+    def __post_init__(self) -> None:
+        for name in self.__dataclass_fields__:
+            if getattr(self, name) < 0:
+                raise ValueError(f"NodeFencePolicy.{name} = {getattr(self, name)} must be >= 0")
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What the executor reports for run ``ident``: ``ok``; ``timed_out`` (the run hit its
+    timeout); ``message`` (no secrets); ``fence``: the read-back at the end of the run, if any."""
+
+    ident: str
+    ok: bool
+    timed_out: bool = False
+    message: str = ""
+    fence: FenceReading | None = None
+
+
+@dataclass(frozen=True)
+class NodeFenceObservations:
+    """Fresh facts for one decision. ``now`` and ``not_ready_since`` are seconds since the epoch
+    (``not_ready_since``: the Ready condition's lastTransitionTime while it is not True; when the
+    node has no Ready condition or no longer exists, pass the NodeFence's creationTimestamp --
+    None counts the grace period from ``now``, i.e. never starts fencing).
+    ``fence``: a read-back made for this decision (verify_fence) or by the run just finished;
+    ``result``: the executor's result for ``status.current_run`` when known (lost on a crash).
+    ``generation``: the NodeFence's ``metadata.generation``."""
+
+    node: str
+    now: float
+    node_ready: bool
+    not_ready_since: float | None = None
+    taint_present: bool = False
+    fence: FenceReading | None = None
+    result: StepResult | None = None
+    generation: int = 0
+
+
+def run_ident(name: str, restarts: int, step: Step, attempt: int) -> str:
+    """Deterministic ansible-runner ident: ``<name>-r<restarts>-<step>-a<attempt>``.
+
+    Names longer than 200 characters are shortened to 191 characters plus 8 hex digits of their
+    SHA-256, so the ident fits ``status.currentRun.ident`` (at most 253 characters).
+    """
+    if len(name) > 200:
+        name = f"{name[:191]}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
+    return f"{name}-r{restarts}-{_STEP_SLUG[step]}-a{attempt}"
+
+
+def _methods_extravars(methods: tuple[FenceMethod, ...]) -> list[dict[str, Any]]:
+    return [m.to_extravars() for m in methods]
+
+
+def run_step_action(name: str, run: RunRef, config: FenceConfig, namespace: str | None = None) -> Action:
+    """``run_step`` for ``run``: playbook ``fence_step.yml``, extravars with the node, the fence
+    ConfigMap's name and the step's methods (references only: addresses, plugs, Secret names)."""
+    return Action(
+        kind="run_step",
+        playbook=act.PLAYBOOKS["run_step"],
+        step=run.step,
+        ident=run.ident,
+        extravars={
+            "node": config.node,
+            "nodefence": name,
+            "step": run.step,
+            "attempt": run.attempt,
+            "fence_config": config.configmap,
+            "namespace": namespace,
+            "methods": _methods_extravars(config.methods(run.step)),
+        },
+        reason=f"Run{run.step}",
+    )
+
+
+def verify_fence_action(name: str, config: FenceConfig) -> Action:
+    """``verify_fence``: read back (no change) the state of every ``off`` method of Isolation and
+    PowerManagement (``fence_verify.yml``); the executor reduces it with
+    :func:`noderemedy_runner.actions.reading_from_methods`."""
+    methods = tuple(m for m in config.isolation + config.power_management if m.action == "off")
+    return Action(
+        kind="verify_fence",
+        playbook=act.PLAYBOOKS["verify_fence"],
+        extravars={
+            "node": config.node,
+            "nodefence": name,
+            "fence_config": config.configmap,
+            "methods": _methods_extravars(methods),
+        },
+        reason="VerifyFence",
+    )
+
+
+def _cond(
+    s: NodeFenceStatus, type_: str, status: ConditionStatus, reason: str, message: str, now: float
+) -> NodeFenceStatus:
+    return replace(
+        s, conditions=set_condition(s.conditions, type_, status, reason, message, now, s.observed_generation)
+    )
+
+
+def _phase(s: NodeFenceStatus, phase: Phase, now: float) -> NodeFenceStatus:
+    if s.status == phase:
+        return s
+    return replace(s, status=phase, last_transition_time=now)
+
+
+def _start_run(name: str, s: NodeFenceStatus, step: Step, now: float, not_before: float) -> NodeFenceStatus:
+    run = RunRef(run_ident(name, s.restarts, step, s.retries), step, s.retries, not_before)
+    s = replace(s, step=step, current_run=run, start_time=s.start_time if s.start_time is not None else now)
+    return _cond(s, PROCESSING, "True", "FenceAgentRunning", f"running {step} attempt {s.retries}", now)
+
+
+def _write(new: NodeFenceStatus, reason: str) -> Action:
+    return act.write_status(new.to_dict(), reason)
+
+
+def _apply_result(
+    name: str, s: NodeFenceStatus, r: StepResult, node: str, now: float, p: NodeFencePolicy
+) -> NodeFenceStatus:
+    run = s.current_run
+    if run is None:
+        raise ValueError("a step result without a committed run")
+    if r.ok:
+        s = replace(s, jobs=(*s.jobs, run.ident), retries=0, current_run=None)
+        s = _cond(
+            s, FENCE_AGENT_ACTION_SUCCEEDED, "True", "FenceAgentSucceeded", f"{run.step} succeeded", now
+        )
+        if r.fence is not None and r.fence.verifies(node):
+            s = _cond(
+                s,
+                FENCE_VERIFIED,
+                "True",
+                "FenceVerified",
+                f"{r.fence.kind} read back ({r.fence.source})",
+                now,
+            )
+        if run.step == "Isolation":
+            return _phase(s, "Running", now)
+        if run.step == "PowerManagement":
+            return _phase(s, "Done", now)
+        return s  # Recovery: stays Done with step Recovery and no run → untaint, Final
+    reason = "FenceAgentTimedOut" if r.timed_out else "FenceAgentFailed"
+    s = replace(s, jobs=(*s.jobs, run.ident))
+    s = _cond(
+        s,
+        FENCE_AGENT_ACTION_SUCCEEDED,
+        "False",
+        reason,
+        f"{run.step} attempt {run.attempt}: {r.message[:MAX_MESSAGE]}",
+        now,
+    )
+    if s.retries < p.step_retries:
+        s = replace(s, retries=s.retries + 1)
+        return _start_run(name, s, run.step, now, now + p.retry_delay_seconds)
+    s = replace(s, current_run=None)
+    s = _cond(s, PROCESSING, "False", reason, f"{run.step} failed after {s.retries + 1} attempts", now)
+    return _phase(s, "Error", now)
+
+
+def decide(
+    name: str,
+    status: NodeFenceStatus,
+    obs: NodeFenceObservations,
+    config: FenceConfig,
+    policy: NodeFencePolicy,
+    namespace: str | None = None,
+) -> Action:
+    """The next action for NodeFence ``name`` (pure; see the module docs for the automaton).
+
+    ``config`` is the node's parsed fence configuration; ``namespace`` the one holding its
+    ConfigMaps and Secrets (passed through to extravars). Returns ``write_status`` whenever the
+    status must change (before any further action), else the action the status calls for.
+    The same (status, observations) always yield the same action. Raises ValueError when
+    ``config`` or ``obs`` are for another node than each other.
+    """
+    node = obs.node
+    if config.node != node:
+        raise ValueError(
+            f"NodeFence {name}: fence configuration {config.configmap} is for node {config.node!r}, not {node!r}"
+        )
+    now = obs.now
+    s = status
+
+    if s.observed_generation != obs.generation:
+        return _write(replace(s, observed_generation=obs.generation), "ObservedGeneration")
+
+    # 1. A committed run: consume its result, or (re)start it. Same ident → idempotent replay.
+    run = s.current_run
+    if run is not None:
+        if obs.result is not None and obs.result.ident == run.ident:
+            return _write(_apply_result(name, s, obs.result, node, now, policy), "StepFinished")
+        if now < run.not_before:
+            return act.wait(run.not_before - now, "RetryBackoff")
+        return run_step_action(name, run, config, namespace)
+
+    # 2. Release workloads as soon as a fence is verified (invariant 1: only with a reading).
+    if s.status in ("Running", "Done") and s.step != "Recovery" and not obs.taint_present:
+        if obs.fence is not None and obs.fence.verifies(node):
+            return act.taint_out_of_service(node, obs.fence)
+        if is_true(s.conditions, FENCE_VERIFIED):
+            if obs.fence is None:
+                return verify_fence_action(name, config)
+            new = _cond(
+                s, FENCE_VERIFIED, "False", "FenceNotHeld", f"read back: {obs.fence.kind} not holding", now
+            )
+            return _write(new, "FenceNotHeld")
+
+    # 3. The automaton.
+    if s.status == "New":
+        if obs.node_ready:
+            if s.restarts == 0 and not obs.taint_present:
+                new = _cond(s, PROCESSING, "False", "NodeHealthy", "node Ready before fencing started", now)
+                return _write(_phase(new, "Final", now), "NodeHealthy")
+            return _write(_phase(s, "Done", now), "NodeReady")
+        since = obs.not_ready_since if obs.not_ready_since is not None else now
+        remaining = since + policy.grace_seconds - now
+        if remaining > 0:
+            return act.wait(remaining, "GracePeriod")
+        if config.isolation:
+            return _write(_start_run(name, s, "Isolation", now, now), "StartIsolation")
+        new = _cond(
+            replace(s, start_time=now), PROCESSING, "True", "NoIsolationMethods", "no isolation methods", now
+        )
+        return _write(_phase(new, "Running", now), "NoIsolationMethods")
+
+    if s.status == "Running":
+        if obs.node_ready:
+            return _write(_phase(s, "Done", now), "NodeReady")
+        if config.power_management:
+            return _write(_start_run(name, s, "PowerManagement", now, now), "StartPowerManagement")
+        new = replace(s, step="PowerManagement")
+        return _write(_phase(new, "Done", now), "NoPowerManagementMethods")
+
+    if s.status == "Done":
+        if s.step == "Recovery":  # recovery methods finished (a failed run goes to Error)
+            if obs.taint_present:
+                return act.untaint_out_of_service(node)
+            new = _cond(s, PROCESSING, "False", "RemediationFinished", "node recovered", now)
+            new = _cond(new, SUCCEEDED, "True", "RemediationFinished", "node fenced and recovered", now)
+            if find_condition(new.conditions, FENCE_VERIFIED) is not None:
+                new = _cond(new, FENCE_VERIFIED, "False", "FenceReleased", "recovery ran", now)
+            return _write(_phase(new, "Final", now), "RemediationFinished")
+        if obs.node_ready:
+            if config.recovery:
+                return _write(_start_run(name, s, "Recovery", now, now), "StartRecovery")
+            return _write(replace(s, step="Recovery"), "NoRecoveryMethods")
+        entered = s.last_transition_time if s.last_transition_time is not None else now
+        remaining = entered + policy.recovery_timeout_seconds - now
+        if remaining > 0:
+            return act.wait(remaining, "WaitNodeReady")
+        new = _cond(s, PROCESSING, "False", "NodeNotReadyTimeout", "node not Ready after fencing", now)
+        return _write(_phase(new, "Error", now), "NodeNotReadyTimeout")
+
+    if s.status == "Error":
+        if s.restarts < policy.max_restarts:
+            entered = s.last_transition_time if s.last_transition_time is not None else now
+            remaining = entered + policy.restart_delay_seconds - now
+            if remaining > 0:
+                return act.wait(remaining, "RestartDelay")
+            new = replace(s, restarts=s.restarts + 1, retries=0, step="Isolation")
+            new = _cond(
+                new,
+                PROCESSING,
+                "True",
+                "Restarted",
+                f"restart {s.restarts + 1} of {policy.max_restarts}",
+                now,
+            )
+            return _write(_phase(new, "New", now), "Restart")
+        cond = find_condition(s.conditions, SUCCEEDED)
+        if cond is None or cond.status != "False" or cond.reason != "RestartLimitReached":
+            new = _cond(s, SUCCEEDED, "False", "RestartLimitReached", f"{s.restarts} restarts used", now)
+            return _write(new, "RestartLimitReached")
+        return act.nothing("RestartLimitReached")
+
+    return act.nothing("Final")
+
+
+def is_terminal(status: NodeFenceStatus, policy: NodeFencePolicy) -> bool:
+    """Whether ``status`` is a resting state: Final, or Error with the restart limit used."""
+    return status.status == "Final" or (status.status == "Error" and status.restarts >= policy.max_restarts)
+
+
+__all__ = [
+    "PHASES",
+    "NodeFenceObservations",
+    "NodeFencePolicy",
+    "NodeFenceStatus",
+    "Phase",
+    "RunRef",
+    "StepResult",
+    "decide",
+    "is_terminal",
+    "run_ident",
+    "run_step_action",
+    "verify_fence_action",
+]

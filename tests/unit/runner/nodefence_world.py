@@ -1,0 +1,168 @@
+"""A deterministic simulated world for the NodeFence machine: one node, an FC switch port and a
+PDU outlet, and a reconcile loop that can crash. Used by the property tests (no cluster)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from noderemedy_runner.actions import Action, FenceReading, MethodReading, reading_from_methods
+from noderemedy_runner.fencecfg import FenceConfig, parse_fence_config
+from noderemedy_runner.nodefence import (
+    NodeFenceObservations,
+    NodeFencePolicy,
+    NodeFenceStatus,
+    StepResult,
+    decide,
+    is_terminal,
+)
+
+NODE = "worker-1"
+NAME = "nf-worker-1"
+T0 = 1_700_000_000
+_IDENT_RE = re.compile(r"-r(\d+)-(isolation|power-management|recovery)-a(\d+)$")
+_STEP_INDEX = {"isolation": 0, "power-management": 1, "recovery": 2}
+
+
+def fence_config() -> FenceConfig:
+    """isolation=fc-off, power_management=pdu-off pdu-on, recovery=fc-on (the seed's shape)."""
+    data = {
+        "config.properties": f"node_name={NODE}\nisolation=fc-off\npower_management=pdu-off pdu-on\nrecovery=fc-on",
+        "fence-method-fc-off": "template=fence-method-template-fc\nplug=3\naction=off",
+        "fence-method-fc-on": "template=fence-method-template-fc\nplug=3\naction=on",
+        "fence-method-pdu-off": "template=fence-method-template-pdu\nplug=5\naction=off",
+        "fence-method-pdu-on": "template=fence-method-template-pdu\nplug=5\naction=on",
+    }
+    templates = {
+        "fence-method-template-fc": {"template.properties": "type=fc\naddress=127.0.0.1:16014\nsecret=fc"},
+        "fence-method-template-pdu": {
+            "template.properties": "type=pdu\nmodel=apc-rpdu\naddress=127.0.0.1:16010\nsecret=pdu"
+        },
+    }
+    return parse_fence_config(f"fence-config-{NODE}", data, templates, node=NODE)
+
+
+@dataclass
+class World:
+    """``fails[i]``: whether run (restarts, step, attempt) fails, i = restarts*9 + step*3 + attempt.
+    ``revive``: the node comes back Ready after a successful power cycle; ``ready_after_isolation``:
+    it comes back right after storage isolation."""
+
+    fails: tuple[bool, ...]
+    revive: bool
+    ready_after_isolation: bool = False
+    node_ready: bool = False
+    power_on: bool = True
+    fc_up: bool = True
+    taint: bool = False
+    ever_fenced: bool = False
+    releases: int = 0
+    runs: list[str] = field(default_factory=list)
+
+    def fails_run(self, ident: str) -> bool:
+        m = _IDENT_RE.search(ident)
+        assert m, ident
+        i = int(m.group(1)) * 9 + _STEP_INDEX[m.group(2)] * 3 + int(m.group(3))
+        return self.fails[i % len(self.fails)]
+
+    def run_step(self, action: Action, now: float) -> StepResult:
+        assert action.ident is not None
+        self.runs.append(action.ident)
+        if self.fails_run(action.ident):
+            return StepResult(
+                action.ident, ok=False, timed_out=len(action.ident) % 2 == 0, message="device said no"
+            )
+        readings: list[MethodReading] = []
+        for m in action.extravars["methods"]:
+            if m["device_type"] == "fc":
+                self.fc_up = m["action"] == "on"
+                self.ever_fenced |= not self.fc_up
+                readings.append(MethodReading(m["name"], "fc", m["action"], "on" if self.fc_up else "off"))
+            else:
+                self.power_on = m["action"] == "on"
+                self.ever_fenced |= not self.power_on
+                readings.append(
+                    MethodReading(m["name"], "pdu", m["action"], "on" if self.power_on else "off")
+                )
+        if action.step == "Isolation" and self.ready_after_isolation:
+            self.node_ready = True
+        if action.step == "PowerManagement" and self.revive:
+            self.node_ready = True
+        return StepResult(action.ident, ok=True, fence=reading_from_methods(NODE, tuple(readings), now))
+
+    def verify(self, action: Action, now: float) -> FenceReading | None:
+        readings = []
+        for m in action.extravars["methods"]:
+            up = self.fc_up if m["device_type"] == "fc" else self.power_on
+            readings.append(MethodReading(m["name"], m["device_type"], m["action"], "on" if up else "off"))
+        return reading_from_methods(NODE, tuple(readings), now) or FenceReading(
+            NODE, False, "power_off", "none", now
+        )
+
+
+@dataclass
+class Outcome:
+    status: NodeFenceStatus
+    world: World
+    actions: list[Action]
+    terminated: bool
+
+
+def run(
+    world: World,
+    policy: NodeFencePolicy,
+    crashes: tuple[int, ...] = (),
+    max_iterations: int = 2000,
+    check: bool = True,
+) -> Outcome:
+    """Reconcile until ``decide`` returns ``none``. ``crashes[i]`` for iteration i: 0 = no crash,
+    1 = crash after the action (in-memory results lost), 2 = crash before a status write lands.
+    With ``check``, every persisted status is round-tripped through its JSON form."""
+    config = fence_config()
+    persisted = NodeFenceStatus()
+    now = float(T0)
+    result: StepResult | None = None
+    fence: FenceReading | None = None
+    actions: list[Action] = []
+    for i in range(max_iterations):
+        obs = NodeFenceObservations(
+            node=NODE,
+            now=now,
+            node_ready=world.node_ready,
+            not_ready_since=None if world.node_ready else float(T0),
+            taint_present=world.taint,
+            fence=fence,
+            result=result,
+            generation=1,
+        )
+        action = decide(NAME, persisted, obs, config, policy)
+        actions.append(action)
+        crash = crashes[i] if i < len(crashes) else 0
+        if action.kind == "none":
+            return Outcome(persisted, world, actions, is_terminal(persisted, policy))
+        if action.kind == "write_status":
+            assert action.status is not None
+            if crash != 2:
+                persisted = NodeFenceStatus.from_dict(action.status)
+                if check:
+                    assert persisted.to_dict() == dict(action.status)
+        elif action.kind == "run_step":
+            result = world.run_step(action, now)
+            fence = result.fence if result.ok else None
+        elif action.kind == "verify_fence":
+            fence = world.verify(action, now)
+        elif action.kind == "taint_out_of_service":
+            # invariant 1 in the world: the node was really fenced before its workloads go.
+            assert world.ever_fenced, "released workloads of a node that was never fenced"
+            assert action.fence is not None and action.fence is obs.fence and obs.fence.verifies(NODE)
+            world.taint = True
+            world.releases += 1
+        elif action.kind == "untaint_out_of_service":
+            world.taint = False
+        elif action.kind == "wait":
+            now += action.seconds
+        else:
+            raise AssertionError(f"unexpected action {action}")
+        if crash:
+            result, fence = None, None
+    return Outcome(persisted, world, actions, False)

@@ -1,0 +1,477 @@
+"""NodeFence state machine: the transition table, an exhaustive sweep of the discrete input
+space, and hypothesis properties (invariant 1, resume after a crash, bounded retries/restarts)."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from nodefence_world import NAME, NODE, T0, World, fence_config, run
+
+from noderemedy_runner.actions import FenceReading
+from noderemedy_runner.conditions import Condition, find_condition
+from noderemedy_runner.fencecfg import FenceConfig
+from noderemedy_runner.nodefence import (
+    PHASES,
+    NodeFenceObservations,
+    NodeFencePolicy,
+    NodeFenceStatus,
+    RunRef,
+    StepResult,
+    decide,
+    run_ident,
+)
+
+POLICY = NodeFencePolicy(
+    grace_seconds=60,
+    step_retries=2,
+    retry_delay_seconds=10,
+    recovery_timeout_seconds=600,
+    max_restarts=1,
+    restart_delay_seconds=30,
+)
+NOW = float(T0 + 10_000)
+CONFIG = fence_config()
+VERIFIED = FenceReading(NODE, True, "storage_isolated", "fc-off", NOW)
+NOT_FENCED = FenceReading(NODE, False, "storage_isolated", "fc-off", NOW)
+OTHER_NODE = FenceReading("worker-2", True, "power_off", "pdu-off", NOW)
+
+
+def cond(type_: str, status: str, reason: str = "R") -> Condition:
+    return Condition(type_, status, reason, "", float(T0), 1)  # type: ignore[arg-type]
+
+
+def status(phase: str = "New", step: str = "Isolation", **kw: Any) -> NodeFenceStatus:
+    kw.setdefault("observed_generation", 1)
+    kw.setdefault("last_transition_time", float(T0))
+    return NodeFenceStatus(status=phase, step=step, **kw)  # type: ignore[arg-type]
+
+
+def run_ref(step: str = "Isolation", attempt: int = 0, restarts: int = 0, not_before: float = NOW) -> RunRef:
+    return RunRef(run_ident(NAME, restarts, step, attempt), step, attempt, not_before)  # type: ignore[arg-type]
+
+
+def observe(**kw: Any) -> NodeFenceObservations:
+    base: dict[str, Any] = {
+        "node": NODE,
+        "now": NOW,
+        "node_ready": False,
+        "not_ready_since": float(T0),
+        "generation": 1,
+    }
+    base.update(kw)
+    return NodeFenceObservations(**base)
+
+
+def without(config: FenceConfig, **steps: tuple) -> FenceConfig:
+    return replace(config, **steps)
+
+
+def written(action: Any) -> NodeFenceStatus:
+    assert action.kind == "write_status", action
+    return NodeFenceStatus.from_dict(action.status)
+
+
+def cstat(s: NodeFenceStatus, type_: str) -> tuple[str, str] | None:
+    c = find_condition(s.conditions, type_)
+    return None if c is None else (c.status, c.reason)
+
+
+# --- the transition table ------------------------------------------------------------------
+# (id, status, observations, config, expected action kind, expected fields of the written
+#  status / action attributes)
+ROWS: list[tuple[str, NodeFenceStatus, NodeFenceObservations, FenceConfig, str, dict[str, Any]]] = [
+    ("new/ready-before-anything", status(), observe(node_ready=True, not_ready_since=None), CONFIG,
+     "write_status", {"status": "New→Final", "Processing": ("False", "NodeHealthy")}),
+    ("new/ready-after-restart", status(restarts=1), observe(node_ready=True, not_ready_since=None), CONFIG,
+     "write_status", {"status": "New→Done"}),
+    ("new/ready-but-tainted", status(), observe(node_ready=True, taint_present=True), CONFIG,
+     "write_status", {"status": "New→Done"}),
+    ("new/within-grace", status(), observe(not_ready_since=NOW - 10), CONFIG, "wait", {"seconds": 50.0}),
+    ("new/not-ready-since-unknown", status(), observe(not_ready_since=None), CONFIG, "wait", {"seconds": 60.0}),
+    ("new/grace-over", status(), observe(not_ready_since=NOW - 60), CONFIG,
+     "write_status", {"status": "New→New", "current_run": run_ref(), "Processing": ("True", "FenceAgentRunning"), "start_time": NOW}),
+    ("new/no-isolation-methods", status(), observe(), without(CONFIG, isolation=()), "write_status",
+     {"status": "New→Running", "current_run": None, "Processing": ("True", "NoIsolationMethods")}),
+    ("new/release-never-in-new", status(conditions=(cond("FenceVerified", "True"),)), observe(fence=VERIFIED), CONFIG,
+     "write_status", {"status": "New→New", "current_run": run_ref()}),
+    ("running/node-ready", status("Running"), observe(node_ready=True, not_ready_since=None), CONFIG,
+     "write_status", {"status": "Running→Done", "last_transition_time": NOW}),
+    ("running/start-power-management", status("Running"), observe(), CONFIG, "write_status",
+     {"status": "Running→Running", "step": "PowerManagement", "current_run": run_ref("PowerManagement")}),
+    ("running/no-power-management-methods", status("Running"), observe(), without(CONFIG, power_management=()),
+     "write_status", {"status": "Running→Done", "step": "PowerManagement"}),
+    ("running/verified-fence-releases", status("Running"), observe(fence=VERIFIED), CONFIG,
+     "taint_out_of_service", {"fence": VERIFIED}),
+    ("running/claimed-fence-is-verified-first", status("Running", conditions=(cond("FenceVerified", "True"),)),
+     observe(), CONFIG, "verify_fence", {"extravars.methods": ["fc-off", "pdu-off"]}),
+    ("running/claimed-fence-not-held", status("Running", conditions=(cond("FenceVerified", "True"),)),
+     observe(fence=NOT_FENCED), CONFIG, "write_status", {"status": "Running→Running", "FenceVerified": ("False", "FenceNotHeld")}),
+    ("running/fence-of-another-node", status("Running", conditions=(cond("FenceVerified", "True"),)),
+     observe(fence=OTHER_NODE), CONFIG, "write_status", {"FenceVerified": ("False", "FenceNotHeld")}),
+    ("running/already-tainted", status("Running", conditions=(cond("FenceVerified", "True"),)),
+     observe(fence=VERIFIED, taint_present=True), CONFIG, "write_status", {"step": "PowerManagement"}),
+    ("run/pending-runs", status(current_run=run_ref()), observe(), CONFIG,
+     "run_step", {"ident": run_ident(NAME, 0, "Isolation", 0), "step": "Isolation", "playbook": "fence_step.yml"}),
+    ("run/other-ident-result-ignored", status(current_run=run_ref()),
+     observe(result=StepResult("stale", True)), CONFIG, "run_step", {"ident": run_ident(NAME, 0, "Isolation", 0)}),
+    ("run/backoff", status(current_run=run_ref(attempt=1, not_before=NOW + 7)), observe(), CONFIG, "wait", {"seconds": 7.0}),
+    ("run/runs-even-if-node-ready", status(current_run=run_ref()), observe(node_ready=True), CONFIG, "run_step", {}),
+    ("result/isolation-ok-verified", status(current_run=run_ref()),
+     observe(result=StepResult(run_ident(NAME, 0, "Isolation", 0), True, fence=VERIFIED)), CONFIG, "write_status",
+     {"status": "New→Running", "current_run": None, "retries": 0, "jobs": (run_ident(NAME, 0, "Isolation", 0),),
+      "FenceAgentActionSucceeded": ("True", "FenceAgentSucceeded"), "FenceVerified": ("True", "FenceVerified")}),
+    ("result/isolation-ok-unverified", status(current_run=run_ref()),
+     observe(result=StepResult(run_ident(NAME, 0, "Isolation", 0), True, fence=NOT_FENCED)), CONFIG, "write_status",
+     {"status": "New→Running", "FenceVerified": None}),
+    ("result/failure-retries", status(current_run=run_ref()),
+     observe(result=StepResult(run_ident(NAME, 0, "Isolation", 0), False)), CONFIG, "write_status",
+     {"status": "New→New", "retries": 1, "current_run": run_ref(attempt=1, not_before=NOW + 10),
+      "FenceAgentActionSucceeded": ("False", "FenceAgentFailed")}),
+    ("result/timeout-at-limit-errors", status("Running", "PowerManagement", retries=2, current_run=run_ref("PowerManagement", 2)),
+     observe(result=StepResult(run_ident(NAME, 0, "PowerManagement", 2), False, timed_out=True)), CONFIG, "write_status",
+     {"status": "Running→Error", "current_run": None, "retries": 2,
+      "FenceAgentActionSucceeded": ("False", "FenceAgentTimedOut"), "Processing": ("False", "FenceAgentTimedOut")}),
+    ("result/power-management-ok", status("Running", "PowerManagement", current_run=run_ref("PowerManagement")),
+     observe(result=StepResult(run_ident(NAME, 0, "PowerManagement", 0), True)), CONFIG, "write_status",
+     {"status": "Running→Done", "current_run": None}),
+    ("result/recovery-ok", status("Done", "Recovery", current_run=run_ref("Recovery")),
+     observe(node_ready=True, result=StepResult(run_ident(NAME, 0, "Recovery", 0), True)), CONFIG, "write_status",
+     {"status": "Done→Done", "step": "Recovery", "current_run": None}),
+    ("done/release-before-recovery", status("Done", "PowerManagement"), observe(fence=VERIFIED), CONFIG,
+     "taint_out_of_service", {}),
+    ("done/node-ready-starts-recovery", status("Done", "PowerManagement"), observe(node_ready=True), CONFIG,
+     "write_status", {"status": "Done→Done", "step": "Recovery", "current_run": run_ref("Recovery")}),
+    ("done/no-recovery-methods", status("Done", "PowerManagement"), observe(node_ready=True), without(CONFIG, recovery=()),
+     "write_status", {"status": "Done→Done", "step": "Recovery", "current_run": None}),
+    ("done/recovered-untaints", status("Done", "Recovery"), observe(node_ready=True, taint_present=True, fence=VERIFIED),
+     CONFIG, "untaint_out_of_service", {"extravars.node": NODE}),
+    ("done/recovered-final", status("Done", "Recovery", conditions=(cond("FenceVerified", "True"),)), observe(node_ready=True),
+     CONFIG, "write_status", {"status": "Done→Final", "Succeeded": ("True", "RemediationFinished"),
+                               "Processing": ("False", "RemediationFinished"), "FenceVerified": ("False", "FenceReleased")}),
+    ("done/waiting-for-ready", status("Done", "PowerManagement", last_transition_time=NOW - 100), observe(), CONFIG,
+     "wait", {"seconds": 500.0}),
+    ("done/timeout", status("Done", "PowerManagement", last_transition_time=NOW - 600), observe(), CONFIG, "write_status",
+     {"status": "Done→Error", "Processing": ("False", "NodeNotReadyTimeout")}),
+    ("error/restart-delay", status("Error", last_transition_time=NOW - 5), observe(), CONFIG, "wait", {"seconds": 25.0}),
+    ("error/restart", status("Error", "PowerManagement", retries=2, last_transition_time=NOW - 30), observe(), CONFIG,
+     "write_status", {"status": "Error→New", "restarts": 1, "retries": 0, "step": "Isolation", "Processing": ("True", "Restarted")}),
+    ("error/limit-reached", status("Error", restarts=1), observe(), CONFIG, "write_status",
+     {"status": "Error→Error", "Succeeded": ("False", "RestartLimitReached")}),
+    ("error/stays", status("Error", restarts=1, conditions=(cond("Succeeded", "False", "RestartLimitReached"),)),
+     observe(), CONFIG, "none", {}),
+    ("error/no-release", status("Error", restarts=1, conditions=(cond("Succeeded", "False", "RestartLimitReached"),)),
+     observe(fence=VERIFIED), CONFIG, "none", {}),
+    ("final/nothing", status("Final", "Recovery"), observe(fence=VERIFIED, node_ready=True), CONFIG, "none", {}),
+    ("generation/observed", status("Running", observed_generation=1), observe(generation=2), CONFIG,
+     "write_status", {"status": "Running→Running", "observed_generation": 2}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("status_", "obs", "config", "kind", "expect"), [r[1:] for r in ROWS], ids=[r[0] for r in ROWS]
+)
+def test_transition_table(
+    status_: NodeFenceStatus,
+    obs: NodeFenceObservations,
+    config: FenceConfig,
+    kind: str,
+    expect: dict[str, Any],
+) -> None:
+    action = decide(NAME, status_, obs, config, POLICY)
+    assert action.kind == kind, action
+    new = written(action) if kind == "write_status" else None
+    for key, value in expect.items():
+        if key == "status":
+            before, after = value.split("→")
+            assert (status_.status, new.status) == (before, after)  # type: ignore[union-attr]
+        elif key[0].isupper():
+            assert cstat(new, key) == value  # type: ignore[arg-type]
+        elif key == "extravars.methods":
+            assert [m["name"] for m in action.extravars["methods"]] == value
+        elif key.startswith("extravars."):
+            assert action.extravars[key.split(".", 1)[1]] == value
+        elif new is not None and hasattr(new, key):
+            assert getattr(new, key) == value, key
+        else:
+            assert getattr(action, key) == value, key
+
+
+def test_every_phase_has_a_row() -> None:
+    assert {r[1].status for r in ROWS} == set(PHASES)
+
+
+def test_run_step_extravars_are_references() -> None:
+    action = decide(NAME, status(current_run=run_ref()), observe(), CONFIG, POLICY, namespace="noderemedy")
+    assert action.extravars["node"] == NODE
+    assert action.extravars["fence_config"] == "fence-config-worker-1"
+    assert action.extravars["namespace"] == "noderemedy"
+    assert [m["secret_name"] for m in action.extravars["methods"]] == ["fc"]
+
+
+def test_run_ident_fits_the_schema_and_stays_distinct() -> None:
+    long_a, long_b = "a" * 253, "a" * 252 + "b"
+    ident_a = run_ident(long_a, 9, "PowerManagement", 9)
+    assert len(ident_a) <= 253
+    assert ident_a != run_ident(long_b, 9, "PowerManagement", 9)
+    assert ident_a == run_ident(long_a, 9, "PowerManagement", 9)
+    assert run_ident("nf", 0, "Isolation", 1) == "nf-r0-isolation-a1"
+
+
+def test_long_executor_messages_are_truncated_in_conditions() -> None:
+    ident = run_ident(NAME, 0, "Isolation", 0)
+    action = decide(
+        NAME,
+        status(current_run=run_ref()),
+        observe(result=StepResult(ident, False, message="x" * 40_000)),
+        CONFIG,
+        POLICY,
+    )
+    cond_ = find_condition(written(action).conditions, "FenceAgentActionSucceeded")
+    assert cond_ is not None and len(cond_.message) < 1100
+
+
+def test_config_for_another_node_is_an_error() -> None:
+    with pytest.raises(ValueError, match="is for node 'worker-1', not 'worker-9'"):
+        decide(NAME, status(), observe(node="worker-9"), CONFIG, POLICY)
+
+
+def test_policy_rejects_negative_values() -> None:
+    with pytest.raises(ValueError, match="NodeFencePolicy.max_restarts = -1"):
+        NodeFencePolicy(max_restarts=-1)
+
+
+def test_status_round_trip_and_errors() -> None:
+    s = status("Done", "Recovery", retries=1, restarts=1, jobs=("a", "b"), current_run=run_ref("Recovery", 1),
+               conditions=(cond("Processing", "True"),), start_time=float(T0))  # fmt: skip
+    assert NodeFenceStatus.from_dict(s.to_dict()) == s
+    assert NodeFenceStatus.from_dict(None) == NodeFenceStatus()
+    with pytest.raises(ValueError, match="status.status 'Fenced'"):
+        NodeFenceStatus.from_dict({"status": "Fenced"})
+    with pytest.raises(ValueError, match="status.step 'Reboot'"):
+        NodeFenceStatus.from_dict({"step": "Reboot"})
+    with pytest.raises(ValueError, match="currentRun.step"):
+        NodeFenceStatus.from_dict(
+            {"currentRun": {"ident": "x", "step": "X", "attempt": 0, "notBefore": "2023-11-14T22:13:20Z"}}
+        )
+
+
+# --- exhaustive sweep over the discrete input space ----------------------------------------
+ALLOWED_EDGES = {
+    ("New", "New"), ("New", "Running"), ("New", "Done"), ("New", "Final"), ("New", "Error"),
+    ("Running", "Running"), ("Running", "Done"), ("Running", "Error"),
+    ("Done", "Done"), ("Done", "Final"), ("Done", "Error"),
+    ("Error", "Error"), ("Error", "New"),
+    ("Final", "Final"),
+}  # fmt: skip
+
+
+#: The phase in which a run of each step is committed (New runs Isolation, Running runs
+#: PowerManagement, Done runs Recovery); other combinations are unreachable.
+RUN_PHASE = {"Isolation": "New", "PowerManagement": "Running", "Recovery": "Done"}
+
+
+def _sweep() -> list[tuple[NodeFenceStatus, NodeFenceObservations]]:
+    cases = []
+    for phase, step, run_kind, retries, restarts, fv, ltt in itertools.product(
+        PHASES,
+        ("Isolation", "PowerManagement", "Recovery"),
+        ("none", "pending", "backoff"),
+        (0, POLICY.step_retries),
+        (0, POLICY.max_restarts),
+        (None, "True", "False"),
+        (NOW - 1, NOW - 10_000),
+    ):
+        run = None
+        if run_kind != "none":
+            if RUN_PHASE[step] != phase:
+                continue  # a committed run of step X exists only in the phase that runs X
+            run = run_ref(step, retries, restarts, NOW + 5 if run_kind == "backoff" else NOW)
+        conds = () if fv is None else (cond("FenceVerified", fv),)
+        s = status(phase, step, retries=retries, restarts=restarts, current_run=run, conditions=conds,
+                   last_transition_time=ltt)  # fmt: skip
+        ident = run.ident if run else "none"
+        for ready, taint, fence, result in itertools.product(
+            (False, True),
+            (False, True),
+            (None, VERIFIED, NOT_FENCED, OTHER_NODE),
+            (
+                None,
+                StepResult(ident, True, fence=VERIFIED),
+                StepResult(ident, False),
+                StepResult("stale", True),
+            ),
+        ):
+            cases.append((s, observe(node_ready=ready, taint_present=taint, fence=fence, result=result)))
+    return cases
+
+
+def test_exhaustive_sweep_invariants() -> None:
+    """For every combination: deterministic; releases only with a verified fence of this node;
+    status writes change the status, round-trip, follow an allowed edge, and keep counters bounded."""
+    cases = _sweep()
+    assert len(cases) > 10_000
+    kinds: set[str] = set()
+    for s, obs in cases:
+        action = decide(NAME, s, obs, CONFIG, POLICY)
+        kinds.add(action.kind)
+        assert action == decide(NAME, s, obs, CONFIG, POLICY)
+        if action.releases_workloads:
+            assert obs.fence is not None and obs.fence.verifies(NODE) and action.fence is obs.fence
+            assert s.status in ("Running", "Done") and s.current_run is None
+        if action.kind == "write_status":
+            new = written(action)
+            assert new != s
+            assert new.to_dict() == dict(action.status)  # type: ignore[arg-type]
+            assert (s.status, new.status) in ALLOWED_EDGES
+            assert 0 <= new.retries <= POLICY.step_retries
+            assert 0 <= new.restarts <= POLICY.max_restarts
+            if new.current_run is not None:
+                assert new.current_run.attempt == new.retries and new.current_run.step == new.step
+        if action.kind == "wait":
+            assert action.seconds > 0
+    assert kinds == {
+        "write_status",
+        "run_step",
+        "verify_fence",
+        "taint_out_of_service",
+        "untaint_out_of_service",
+        "wait",
+        "none",
+    }
+
+
+# --- hypothesis properties -----------------------------------------------------------------
+fences = st.one_of(
+    st.none(),
+    st.builds(
+        FenceReading,
+        node=st.sampled_from([NODE, "worker-2"]),
+        fenced=st.booleans(),
+        kind=st.sampled_from(["power_off", "storage_isolated", "network_isolated"]),
+        source=st.just("m"),
+        observed_at=st.just(NOW),
+    ),
+)
+statuses = st.builds(
+    status,
+    phase=st.sampled_from(PHASES),
+    step=st.sampled_from(["Isolation", "PowerManagement", "Recovery"]),
+    retries=st.integers(0, POLICY.step_retries),
+    restarts=st.integers(0, POLICY.max_restarts),
+    conditions=st.sampled_from([(), (cond("FenceVerified", "True"),), (cond("FenceVerified", "False"),)]),
+    last_transition_time=st.integers(T0, int(NOW)).map(float),
+)
+
+
+@st.composite
+def observation_steps(draw: st.DrawFn) -> dict[str, Any]:
+    return {
+        "node_ready": draw(st.booleans()),
+        "taint_present": draw(st.booleans()),
+        "fence": draw(fences),
+        "ok": draw(st.booleans()),
+        "dt": draw(st.integers(0, 700)),
+    }
+
+
+@settings(max_examples=300, deadline=None)
+@given(start=statuses, steps=st.lists(observation_steps(), min_size=1, max_size=40))
+def test_invariant_1_over_random_observation_sequences(
+    start: NodeFenceStatus, steps: list[dict[str, Any]]
+) -> None:
+    """Safety invariant 1: whatever the observations, a release action is only ever returned
+    together with an observation that verifies a fence of this very node."""
+    s, now = start, NOW
+    for step in steps:
+        now += step["dt"]
+        result = (
+            StepResult(s.current_run.ident, step["ok"], fence=step["fence"])
+            if s.current_run and step["ok"]
+            else None
+        )
+        obs = observe(
+            now=now,
+            node_ready=step["node_ready"],
+            taint_present=step["taint_present"],
+            fence=step["fence"],
+            result=result,
+        )
+        action = decide(NAME, s, obs, CONFIG, POLICY)
+        if action.releases_workloads:
+            assert obs.fence is not None and obs.fence.fenced and obs.fence.node == NODE
+        if action.kind == "write_status":
+            s = written(action)
+
+
+worlds = st.builds(
+    World,
+    fails=st.lists(st.booleans(), min_size=27, max_size=27).map(tuple),
+    revive=st.booleans(),
+    ready_after_isolation=st.booleans(),
+)
+policies = st.builds(
+    NodeFencePolicy,
+    grace_seconds=st.integers(0, 120),
+    step_retries=st.integers(0, 2),
+    retry_delay_seconds=st.integers(0, 20),
+    recovery_timeout_seconds=st.integers(1, 900),
+    max_restarts=st.integers(0, 2),
+    restart_delay_seconds=st.integers(0, 60),
+)
+
+
+def projection(s: NodeFenceStatus) -> tuple:
+    """The state compared across crash/no-crash runs: everything but times and FenceVerified."""
+    return (
+        s.status,
+        s.step,
+        s.retries,
+        s.restarts,
+        s.jobs,
+        cstat(s, "Processing"),
+        cstat(s, "Succeeded"),
+        cstat(s, "FenceAgentActionSucceeded"),
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(world=worlds, policy=policies)
+def test_runs_terminate_with_bounded_retries_and_restarts(world: World, policy: NodeFencePolicy) -> None:
+    out = run(world, policy)
+    assert out.terminated, out.status
+    assert out.status.status in ("Final", "Error")
+    statuses_written = [NodeFenceStatus.from_dict(a.status) for a in out.actions if a.kind == "write_status"]
+    assert all(
+        s.retries <= policy.step_retries and s.restarts <= policy.max_restarts for s in statuses_written
+    )
+    assert len(out.world.runs) <= (policy.max_restarts + 1) * 3 * (policy.step_retries + 1)
+    if out.status.status == "Final" and out.status.jobs:
+        assert not out.world.taint and out.world.fc_up  # recovery ran and the taint is gone
+    if out.world.releases:
+        assert out.world.ever_fenced
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    world=worlds,
+    policy=policies,
+    crashes=st.lists(st.sampled_from([0, 0, 0, 1, 2]), max_size=80).map(tuple),
+)
+def test_resume_after_crash_reaches_the_same_final_state(
+    world: World, policy: NodeFencePolicy, crashes: tuple[int, ...]
+) -> None:
+    """Invariant 4: replaying decide() from the persisted status after crashes that lose action
+    results (and, for code 2, the status write itself) ends in the same state as a clean run.
+    A crash may lose a power cycle's read-back, so the release can be skipped (never added)."""
+    clean = run(dataclasses.replace(world, runs=[]), policy)
+    crashed = run(dataclasses.replace(world, runs=[]), policy, crashes)
+    assert crashed.terminated and clean.terminated
+    assert projection(crashed.status) == projection(clean.status)
+    assert crashed.world.taint <= clean.world.taint  # a crash can only skip a release
+    assert (crashed.world.fc_up, crashed.world.power_on) == (clean.world.fc_up, clean.world.power_on)
