@@ -32,7 +32,7 @@ def collections_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 class PlaybookResult:
     """Outcome of one ``ansible-playbook`` run: return code, output, and per-task results.
 
-    ``results`` maps a task's name to its result dict (from the ``json`` stdout callback's
+    ``results`` maps a task's name to its result dict (from the ``nr_json`` stdout callback's
     last host entry for that task), so tests assert on what the module returned.
     """
 
@@ -55,7 +55,8 @@ def run_playbook(collections_path: Path, tmp_path_factory: pytest.TempPathFactor
     """Run a list of tasks (or a whole play list) with the real ``ansible-playbook`` on localhost.
 
     Usage: ``run_playbook(tasks, check=False, extra_env=None, extravars=None, timeout=300)`` returns a
-    :class:`PlaybookResult`. The JSON stdout callback is used so results are machine-readable.
+    :class:`PlaybookResult`. The test-only JSON stdout callback ``tests/callback_plugins/nr_json.py``
+    is used so results are machine-readable.
     """
     workdir = tmp_path_factory.mktemp("plays")
     bindir = Path(sys.executable).parent
@@ -86,7 +87,8 @@ def run_playbook(collections_path: Path, tmp_path_factory: pytest.TempPathFactor
         env.update(
             {
                 "ANSIBLE_COLLECTIONS_PATH": str(collections_path),
-                "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json",
+                "ANSIBLE_STDOUT_CALLBACK": "nr_json",
+                "ANSIBLE_CALLBACK_PLUGINS": str(ROOT / "tests" / "callback_plugins"),
                 "ANSIBLE_PYTHON_INTERPRETER": sys.executable,
                 "ANSIBLE_LOCALHOST_WARNING": "False",
                 "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False",

@@ -1,0 +1,259 @@
+#!/usr/bin/python
+# Copyright: noderemedy developers
+# Apache License 2.0 (see galaxy.yml)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: static_pod_fallback
+short_description: Fall back a static pod (kube-apiserver, etcd) to its last-known-good revision
+version_added: 0.1.0
+description:
+  - The OpenShift startup monitor as a module, run on the node. With O(state=monitor) it probes the
+    operand's current revision until it is ready or O(timeout) seconds pass; a ready revision becomes
+    last-known-good, a failed one is replaced by the last-known-good revision's manifest (or the highest
+    earlier revision's), annotated with
+    C(startup-monitor.static-pods.openshift.io/fallback-for-revision), C(.../fallback-reason) and
+    C(.../fallback-message).
+  - "Reasons: C(NeverStartedUp) (no start-up attempt in the termination log), C(CrashLooping) (more than
+    one), C(Unhealthy) (C(/healthz) red), C(NotReady) (C(/readyz) red; the message lists the unfinished
+    post-start hooks), C(EtcdUnhealthy) (the etcd check never passes), C(UnexpectedRevision) (the running
+    pod is not the revision on disk; no fallback then), C(StorageVersionSkew) (fallback refused)."
+  - The manifest is written as a dot-prefixed temporary file in the manifests directory and renamed, under
+    the installer lock; no partial or backup file is ever left there.
+  - Sources - openshift/library-go C(pkg/operator/staticpod/startupmonitor), the OpenShift enhancement
+    "Fallback on failing revisions of static pods", KEP-2339 (StorageVersion API). See
+    C(docs/static-pod-fallback.md).
+author: noderemedy developers
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - noderemedy.core.static_pod
+  - noderemedy.core.static_pod.probe
+  - noderemedy.core.static_pod.storage_version
+  - noderemedy.core.kube_auth
+attributes:
+  check_mode:
+    support: full
+    details: Probes run (they only read), nothing is written, and the result predicts the writes.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+    details: Linux (C(flock), C(rename) within one directory).
+options:
+  state:
+    description:
+      - V(monitor) probes until ready or O(timeout), then marks good or falls back.
+      - V(fallback) falls back now (with O(reason) and O(message)).
+      - V(mark_good) points the last-known-good link at the current revision (and records its decodable
+        StorageVersions).
+      - V(status) reports the layout; V(prune) deletes old revisions beyond O(revision_limit).
+    type: str
+    choices: [monitor, fallback, mark_good, status, prune]
+    default: status
+  revision:
+    description:
+      - The revision being judged. Defaults to the C(revision) label of the live manifest.
+    type: int
+  timeout:
+    description: Seconds O(state=monitor) waits for readiness before deciding.
+    type: float
+    default: 300
+  interval:
+    description: Seconds between probe iterations.
+    type: float
+    default: 2
+  reason:
+    description: The fallback reason for O(state=fallback).
+    type: str
+    choices: [CrashLooping, EtcdUnhealthy, NeverStartedUp, NotReady, Unhealthy]
+  message:
+    description: The fallback message for O(state=fallback).
+    type: str
+  force:
+    description: Fall back even if the StorageVersion check finds a skew (or the API is unavailable with
+      O(storage_version_unavailable=refuse)).
+    type: bool
+    default: false
+  revision_limit:
+    description: Revisions O(state=prune) keeps (the highest), besides the live and last-known-good ones.
+    type: int
+    default: 5
+  retry_previous_failures:
+    description: How often this revision already failed; the backoff in RV(retry) doubles with each.
+    type: int
+    default: 0
+  retry_base:
+    description: Seconds of the first retry backoff for the retryable reasons.
+    type: float
+    default: 600
+  retry_cap:
+    description: Maximum seconds of the retry backoff.
+    type: float
+    default: 3600
+notes:
+  - Start attempts come from O(termination_log); on a node the kubelet's wrapper of the operand writes it.
+"""
+
+EXAMPLES = r"""
+- name: Watch the new kube-apiserver revision, fall back if it does not become ready in 5 minutes
+  noderemedy.core.static_pod_fallback:
+    operand: kube-apiserver
+    state: monitor
+    timeout: 300
+    probe_ca_cert: /etc/kubernetes/pki/ca.crt
+    kubeconfig: /etc/kubernetes/admin.conf
+
+- name: Fall back etcd now
+  noderemedy.core.static_pod_fallback:
+    operand: etcd
+    state: fallback
+    reason: CrashLooping
+    message: etcd does not start after the upgrade
+
+- name: Keep five revisions
+  noderemedy.core.static_pod_fallback:
+    operand: kube-apiserver
+    state: prune
+    revision_limit: 5
+"""
+
+RETURN = r"""
+action:
+  description: What was done - V(mark_good), V(fallback), V(none), V(refused), V(status), V(prune).
+  returned: always
+  type: str
+ready:
+  description: Whether the revision became ready (O(state=monitor)).
+  returned: state is monitor
+  type: bool
+reason:
+  description: The machine-readable reason (empty when ready).
+  returned: always
+  type: str
+  sample: CrashLooping
+message:
+  description: Human-readable detail; for NotReady it lists the unfinished post-start hooks.
+  returned: always
+  type: str
+revision:
+  description: The revision judged.
+  returned: always
+  type: int
+fallback_revision:
+  description: The revision fallen back to (null when there is none, as in bootstrap).
+  returned: when a fallback was considered
+  type: int
+fallback_source:
+  description: V(last-known-good), V(previous-revision) or V(none).
+  returned: when a fallback was considered
+  type: str
+last_known_good_revision:
+  description: The last-known-good revision after the operation.
+  returned: when known
+  type: int
+files_written:
+  description: Paths written (the live manifest, the link, the StorageVersion record).
+  returned: always
+  type: list
+  elements: str
+files_removed:
+  description: Revision directories removed by O(state=prune).
+  returned: always
+  type: list
+  elements: str
+pruned_revisions:
+  description: Revisions removed by O(state=prune).
+  returned: state is prune
+  type: list
+  elements: int
+retry:
+  description: Retry policy for the failed revision - C(retryable), C(retry_after_seconds), C(backoff).
+  returned: after a fallback
+  type: dict
+storage_version:
+  description: Result of the StorageVersion check or record - C(checked), C(available), C(skew), C(message).
+  returned: when the check is on
+  type: dict
+skewed_resources:
+  description: Resources the target revision cannot decode (reason StorageVersionSkew).
+  returned: when refused
+  type: list
+  elements: str
+observations:
+  description: Probe iterations run.
+  returned: state is monitor
+  type: int
+elapsed_seconds:
+  description: Seconds the monitor ran.
+  returned: state is monitor
+  type: float
+"""
+
+import traceback  # noqa: E402
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
+
+from ansible_collections.noderemedy.core.plugins.module_utils._kube import (  # noqa: E402
+    HAS_KUBERNETES,
+    KUBE_AUTH_ARGSPEC,
+    KUBERNETES_IMPORT_ERROR,
+)
+from ansible_collections.noderemedy.core.plugins.module_utils._static_pod import (  # noqa: E402
+    DEFAULT_INTERVAL,
+    DEFAULT_RETRY_BASE,
+    DEFAULT_RETRY_CAP,
+    DEFAULT_REVISION_LIMIT,
+    DEFAULT_TIMEOUT,
+    FALLBACK_REASONS,
+    LAYOUT_ARGSPEC,
+    PROBE_ARGSPEC,
+    STATES,
+    STORAGE_VERSION_ARGSPEC,
+    StaticPodError,
+    execute,
+)
+
+
+def argument_spec() -> dict:
+    """The module's argspec: its own options plus the shared groups (layout, probe, StorageVersion, kube auth)."""
+    spec = dict(
+        state=dict(type="str", choices=list(STATES), default="status"),
+        revision=dict(type="int"),
+        timeout=dict(type="float", default=DEFAULT_TIMEOUT),
+        interval=dict(type="float", default=DEFAULT_INTERVAL),
+        reason=dict(type="str", choices=sorted(FALLBACK_REASONS)),
+        message=dict(type="str"),
+        force=dict(type="bool", default=False),
+        revision_limit=dict(type="int", default=DEFAULT_REVISION_LIMIT),
+        retry_previous_failures=dict(type="int", default=0),
+        retry_base=dict(type="float", default=DEFAULT_RETRY_BASE),
+        retry_cap=dict(type="float", default=DEFAULT_RETRY_CAP),
+    )
+    spec.update(LAYOUT_ARGSPEC)
+    spec.update(PROBE_ARGSPEC)
+    spec.update(STORAGE_VERSION_ARGSPEC)
+    spec.update(KUBE_AUTH_ARGSPEC)
+    return spec
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    params = module.params
+    wants_sv = params["storage_version_check"] == "always" or (
+        params["storage_version_check"] == "auto" and params["operand"] == "kube-apiserver"
+    )
+    if wants_sv and params["state"] in ("monitor", "fallback", "mark_good") and not HAS_KUBERNETES:
+        module.fail_json(msg=missing_required_lib("kubernetes"), exception=KUBERNETES_IMPORT_ERROR)
+    try:
+        result = execute(params, check_mode=module.check_mode)
+    except StaticPodError as exc:
+        partial = dict(exc.result)
+        partial.update(reason=exc.reason, field=exc.field)
+        partial.pop("msg", None)
+        module.fail_json(msg=str(exc), exception=traceback.format_exc(), **partial)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

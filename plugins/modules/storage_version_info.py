@@ -1,0 +1,123 @@
+#!/usr/bin/python
+# Copyright: noderemedy developers
+# Apache License 2.0 (see galaxy.yml)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: storage_version_info
+short_description: Read the StorageVersion objects (KEP-2339) - encoding and decodable versions per resource and apiserver
+version_added: 0.1.0
+description:
+  - Lists the cluster-scoped C(internal.apiserver.k8s.io/v1alpha1) C(StorageVersion) objects and returns, per
+    resource, the encoding version(s) the cluster stores (C(commonEncodingVersion), or each apiserver's
+    C(encodingVersion)) and, per apiserver identity, what it can decode and serve.
+  - The API is served only when the apiservers run with the C(StorageVersionAPI) and C(APIServerIdentity)
+    feature gates and C(--runtime-config=internal.apiserver.k8s.io/v1alpha1=true). When it is not served
+    the module does not fail; it returns RV(available=false) and the reason.
+  - Source - KEP-2339 "StorageVersion API for HA API servers".
+author: noderemedy developers
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - noderemedy.core.kube_auth
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+options:
+  apiserver_id:
+    description: Return only this apiserver identity in RV(apiservers) and RV(decodable).
+    type: str
+  resources:
+    description: Restrict the result to these StorageVersion names (C(<group>.<resource>), e.g. C(apps.deployments)).
+    type: list
+    elements: str
+"""
+
+EXAMPLES = r"""
+- name: What does each apiserver encode and decode?
+  noderemedy.core.storage_version_info:
+    kubeconfig: /etc/kubernetes/admin.conf
+  register: sv
+
+- name: Fail if the deployments are not stored as apps/v1
+  ansible.builtin.assert:
+    that: sv.resources['apps.deployments'].encodingVersions == ['apps/v1']
+"""
+
+RETURN = r"""
+available:
+  description: Whether the StorageVersion API is served and answered.
+  returned: always
+  type: bool
+message:
+  description: Why the API is unavailable, or a summary.
+  returned: always
+  type: str
+resources:
+  description: Per StorageVersion name - C(group), C(resource), C(commonEncodingVersion), C(encodingVersions),
+    C(allEncodingVersionsEqual) and C(servers) (per apiServerID - C(encodingVersion), C(decodableVersions),
+    C(servedVersions)).
+  returned: always
+  type: dict
+  sample: {"apps.deployments": {"commonEncodingVersion": "apps/v1", "encodingVersions": ["apps/v1"]}}
+apiservers:
+  description: Per apiServerID, per resource - C(encodingVersion), C(decodableVersions), C(servedVersions).
+  returned: always
+  type: dict
+encodings:
+  description: Per resource, the encoding versions the cluster stores now.
+  returned: always
+  type: dict
+"""
+
+import traceback  # noqa: E402
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
+
+from ansible_collections.noderemedy.core.plugins.module_utils._kube import (  # noqa: E402
+    HAS_KUBERNETES,
+    KUBE_AUTH_ARGSPEC,
+    KUBERNETES_IMPORT_ERROR,
+    KubeError,
+    get_api_client,
+)
+from ansible_collections.noderemedy.core.plugins.module_utils._storage_version import (  # noqa: E402
+    StorageVersionError,
+    info,
+)
+
+
+def argument_spec() -> dict:
+    """The module's argspec: its own options plus the kube auth group."""
+    spec = dict(
+        apiserver_id=dict(type="str"),
+        resources=dict(type="list", elements="str"),
+    )
+    spec.update(KUBE_AUTH_ARGSPEC)
+    return spec
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    if not HAS_KUBERNETES:
+        module.fail_json(msg=missing_required_lib("kubernetes"), exception=KUBERNETES_IMPORT_ERROR)
+    try:
+        result = info(
+            lambda: get_api_client(module.params), module.params["apiserver_id"], module.params["resources"]
+        )
+    except (StorageVersionError, KubeError) as exc:
+        module.fail_json(
+            msg=str(exc),
+            exception=traceback.format_exc(),
+            reason=getattr(exc, "reason", ""),
+            field=getattr(exc, "field", ""),
+        )
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()
