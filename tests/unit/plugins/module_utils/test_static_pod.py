@@ -11,7 +11,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -19,26 +18,8 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-
-def _collection_on_path() -> None:
-    """Make ``ansible_collections.noderemedy.core`` importable from this checkout."""
-    root = Path(__file__).resolve().parents[4]
-    base = Path(tempfile.gettempdir()) / f"noderemedy-unit-{os.getuid()}"
-    link = base / "ansible_collections" / "noderemedy" / "core"
-    if not link.exists():
-        link.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            link.symlink_to(root)
-        except FileExistsError:
-            pass
-    if str(base) not in sys.path:
-        sys.path.insert(0, str(base))
-
-
-_collection_on_path()
-
-from ansible_collections.noderemedy.core.plugins.module_utils import _static_pod as sp  # noqa: E402
-from ansible_collections.noderemedy.core.plugins.module_utils._static_pod import (  # noqa: E402
+from ansible_collections.noderemedy.core.plugins.module_utils import _static_pod as sp
+from ansible_collections.noderemedy.core.plugins.module_utils._static_pod import (
     CRASH_LOOPING,
     ETCD_UNHEALTHY,
     FALLBACK_FOR_REVISION,
@@ -595,7 +576,7 @@ def test_failure_before_rename_leaves_no_partial_file(root):
 
 CRASHER = r"""
 import os, sys
-sys.path.insert(0, sys.argv[1])
+sys.path[:0] = sys.argv[1].split(os.pathsep)
 from ansible_collections.noderemedy.core.plugins.module_utils import _static_pod as sp
 layout = sp.Layout.from_params({"operand": "kube-apiserver", "manifests_dir": sys.argv[2],
     "resources_dir": sys.argv[3], "lock_file": sys.argv[4]})
@@ -608,13 +589,12 @@ sp.fallback(layout, sp.Options(extra={"before_rename": die}), "CrashLooping", "c
 def test_a_process_killed_between_write_and_rename_leaves_only_a_dot_file(root):
     layout = make_layout(root, live=3, lkg=2)
     before = layout.live_manifest.read_bytes()
-    base = Path(tempfile.gettempdir()) / f"noderemedy-unit-{os.getuid()}"
     p = subprocess.Popen(
         [
             sys.executable,
             "-c",
             CRASHER,
-            str(base),
+            os.pathsep.join(sys.path),  # the child imports the collection exactly as this test does
             str(layout.manifests_dir),
             str(layout.resources_dir),
             str(layout.lock_file),

@@ -4,32 +4,10 @@ v1.34 kube-apiserver returns them (no network; the real API is exercised in test
 from __future__ import annotations
 
 import json
-import os
-import sys
-import tempfile
-from pathlib import Path
 
 import pytest
 
-
-def _collection_on_path() -> None:
-    """Make ``ansible_collections.noderemedy.core`` importable from this checkout."""
-    root = Path(__file__).resolve().parents[4]
-    base = Path(tempfile.gettempdir()) / f"noderemedy-unit-{os.getuid()}"
-    link = base / "ansible_collections" / "noderemedy" / "core"
-    if not link.exists():
-        link.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            link.symlink_to(root)
-        except FileExistsError:
-            pass
-    if str(base) not in sys.path:
-        sys.path.insert(0, str(base))
-
-
-_collection_on_path()
-
-from ansible_collections.noderemedy.core.plugins.module_utils import _storage_version as sv  # noqa: E402
+from ansible_collections.noderemedy.core.plugins.module_utils import _storage_version as sv
 
 
 def storage_version(name: str, servers: list[tuple[str, str, list[str]]], common: str | None) -> dict:

@@ -4,10 +4,8 @@ quartet, errors naming the field, the lock, the role and the playbook, all under
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -15,64 +13,6 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[4]
 FQCN = "noderemedy.core.static_pod_fallback"
-
-# tests/conftest.py's run_playbook asks for the ``ansible.builtin.json`` stdout callback, which
-# ansible-core 2.19 redirects to ansible.posix (not installed here). Until that is settled this file
-# supplies a minimal callback with the same output shape ({"plays": [{"tasks": [{"task": {"name"},
-# "hosts": {host: result}}]}]}) through run_playbook's extra_env.
-CALLBACK = """
-import json
-from ansible.plugins.callback import CallbackBase
-
-
-class CallbackModule(CallbackBase):
-    CALLBACK_VERSION = 2.0
-    CALLBACK_TYPE = "stdout"
-    CALLBACK_NAME = "nr_json"
-
-    def __init__(self):
-        super().__init__()
-        self.plays = []
-
-    def v2_playbook_on_play_start(self, play):
-        self.plays.append({"play": {"name": play.get_name()}, "tasks": []})
-
-    def v2_playbook_on_task_start(self, task, is_conditional):
-        self.plays[-1]["tasks"].append({"task": {"name": task.get_name()}, "hosts": {}})
-
-    def _record(self, result, **extra):
-        data = dict(result._result)
-        data.update(extra)
-        self.plays[-1]["tasks"][-1]["hosts"][result._host.get_name()] = data
-
-    def v2_runner_on_ok(self, result, **kwargs):
-        self._record(result)
-
-    def v2_runner_on_failed(self, result, ignore_errors=False):
-        self._record(result, failed=True)
-
-    def v2_runner_on_skipped(self, result):
-        self._record(result, skipped=True)
-
-    def v2_runner_on_unreachable(self, result):
-        self._record(result, unreachable=True)
-
-    def v2_playbook_on_stats(self, stats):
-        self._display.display(json.dumps({"plays": self.plays}, default=str))
-"""
-
-
-@pytest.fixture(scope="module")
-def run_playbook(run_playbook, tmp_path_factory):
-    """The shared runner with a JSON stdout callback that ansible-core ships no equivalent of."""
-    cb_dir = tmp_path_factory.mktemp("callbacks")
-    (cb_dir / "nr_json.py").write_text(CALLBACK)
-    env = {"ANSIBLE_CALLBACK_PLUGINS": str(cb_dir), "ANSIBLE_STDOUT_CALLBACK": "nr_json"}
-
-    def run(*args, extra_env=None, **kwargs):
-        return run_playbook(*args, extra_env={**env, **(extra_env or {})}, **kwargs)
-
-    return run
 
 
 def pod(rev: int, name: str) -> dict:
@@ -260,16 +200,6 @@ def test_playbook_runs_the_role_for_etcd_and_kube_apiserver(run_playbook, tmp_pa
 
 def _collection_modules():
     """The doc fragment and ``_static_pod``, imported from this checkout as ``noderemedy.core``."""
-    base = Path(tempfile.gettempdir()) / f"noderemedy-unit-{os.getuid()}"
-    link = base / "ansible_collections" / "noderemedy" / "core"
-    if not link.exists():
-        link.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            link.symlink_to(ROOT)
-        except FileExistsError:
-            pass
-    if str(base) not in sys.path:
-        sys.path.insert(0, str(base))
     from ansible_collections.noderemedy.core.plugins.doc_fragments import static_pod as fragment
     from ansible_collections.noderemedy.core.plugins.module_utils import _static_pod as sp
 

@@ -1,0 +1,384 @@
+"""``noderemedy-runner``: the watcher service (the remediation pod image's entry point).
+
+It runs two loops in one process, only on the elected replica when ``--leader-elect`` is given:
+
+* the **detector** (:mod:`noderemedy_runner.detector`): reads the remedy Configuration, watches
+  Nodes, and creates one NodeFence per node that stays unhealthy for its period (storm guard,
+  exclusions, pauses and per-node Leases respected);
+* the **watcher** (:mod:`noderemedy_runner.watcher`): reconciles NodeFence and opted-in
+  Metal3Remediation objects by running the collection's playbooks with ansible-runner.
+
+Exit codes: 0 after SIGTERM/SIGINT (Lease released), 1 when leadership was lost or the API
+server cannot be reached at start, 2 on bad flags or a bad Configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import uuid
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from noderemedy_runner import config as cfgmod
+from noderemedy_runner.logs import setup as setup_logs
+from noderemedy_runner.metrics import Health, Metrics, MetricsServer, parse_addr
+
+log = logging.getLogger("noderemedy_runner.cli")
+
+DESCRIPTION = """\
+Fence and remediate failed Kubernetes nodes on bare metal.
+
+noderemedy-runner watches the cluster's Nodes. When a node matches one of the remedy
+Configuration's thresholds (by default: Ready is False or Unknown) for the threshold's period
+(default 5m), it creates a NodeFence named after the node; the same process then runs the
+fence steps of that NodeFence (isolation, power management, recovery) as Ansible playbooks,
+using the node's fence-config-<node> ConfigMap. A storm guard stops new fencing when too many
+nodes look dead at once (default: more than 49% of the selected nodes).
+"""
+
+EPILOG = """\
+examples:
+  check a Configuration file and print what it means, without touching a cluster:
+    noderemedy-runner --config remedy.yaml --check-config
+
+  watch a cluster but act on nothing (decisions are logged as JSON lines):
+    noderemedy-runner --kubeconfig ~/.kube/config --config remedy.yaml --dry-run
+
+  in the cluster (two replicas, one acts at a time):
+    noderemedy-runner --config configmap:noderemedy/noderemedy-config --leader-elect \\
+        --metrics-addr :8080
+
+what it writes: NodeFence objects, their status, Leases (leader election and one per node in
+remediation) and the ConfigMap noderemedy-status in --namespace, Events. Metrics, /healthz and
+/readyz are served on --metrics-addr. See docs/operations.md.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (``--help`` is the user's first documentation)."""
+    p = argparse.ArgumentParser(
+        prog="noderemedy-runner",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    conn = p.add_argument_group("cluster")
+    conn.add_argument(
+        "--kubeconfig",
+        type=Path,
+        metavar="PATH",
+        help="kubeconfig file to reach the API server (default: $KUBECONFIG, else the in-cluster service account)",
+    )
+    conn.add_argument(
+        "--namespace",
+        default=os.environ.get("POD_NAMESPACE", "noderemedy"),
+        metavar="NS",
+        help="the runner's namespace: fence ConfigMaps and Secrets, Leases, the noderemedy-status "
+        "ConfigMap (default: $POD_NAMESPACE, else %(default)s)",
+    )
+    det = p.add_argument_group("detection")
+    det.add_argument(
+        "--config",
+        metavar="FILE|configmap:NS/NAME",
+        help="the remedy Configuration: a YAML file, or a ConfigMap whose *.yaml keys hold it "
+        "(default: built-in -- every node, Ready False/Unknown for 5m, storm guard minHealthy 51%%)",
+    )
+    det.add_argument(
+        "--check-config",
+        action="store_true",
+        help="parse --config, print what it means, and exit (0 valid, 2 invalid); needs no cluster "
+        "for a file",
+    )
+    det.add_argument(
+        "--detect-only",
+        action="store_true",
+        help="create/cancel NodeFences but run no playbooks (another process reconciles them)",
+    )
+    act = p.add_argument_group("remediation")
+    act.add_argument(
+        "--max-concurrent-runs",
+        type=int,
+        default=4,
+        metavar="N",
+        help="Ansible playbook runs in flight at once (default %(default)s)",
+    )
+    act.add_argument(
+        "--run-deadline",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="a playbook run is killed after this many seconds (default %(default)s)",
+    )
+    act.add_argument(
+        "--grace-seconds",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="extra wait of the NodeFence machine, counted from the node turning NotReady, before "
+        "its first step (default %(default)s: the Configuration's period already applied)",
+    )
+    act.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path(os.environ.get("NODEREMEDY_DATA_DIR", "/var/lib/noderemedy-runner")),
+        metavar="DIR",
+        help="ansible-runner working directories (default: $NODEREMEDY_DATA_DIR or %(default)s)",
+    )
+    act.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="decide and report (logs, metrics) but act on nothing: no NodeFence, status, Lease, "
+        "Event or playbook",
+    )
+    ha = p.add_argument_group("high availability")
+    ha.add_argument(
+        "--leader-elect",
+        action="store_true",
+        help="run several replicas; only the holder of the Lease <namespace>/noderemedy-runner acts, "
+        "the others take over within the lease duration if it dies",
+    )
+    ha.add_argument(
+        "--leader-elect-lease-duration", type=int, default=15, metavar="SECONDS", help="(default %(default)s)"
+    )
+    ha.add_argument(
+        "--leader-elect-renew-deadline", type=int, default=10, metavar="SECONDS", help="(default %(default)s)"
+    )
+    ha.add_argument(
+        "--leader-elect-retry-period", type=int, default=2, metavar="SECONDS", help="(default %(default)s)"
+    )
+    ha.add_argument(
+        "--leader-elect-lease-name", default="noderemedy-runner", metavar="NAME", help="(default %(default)s)"
+    )
+    ha.add_argument(
+        "--identity",
+        default=None,
+        help="this replica's name in Leases and Events (default: hostname + random suffix)",
+    )
+    obs = p.add_argument_group("observability")
+    obs.add_argument(
+        "--metrics-addr",
+        default=":8080",
+        metavar="HOST:PORT",
+        help="serve /metrics, /healthz and /readyz here; 0 disables (default %(default)s)",
+    )
+    obs.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="JSON log lines on stderr at this level (default %(default)s)",
+    )
+    return p
+
+
+def _positive(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.max_concurrent_runs < 1:
+        p.error(f"--max-concurrent-runs: {args.max_concurrent_runs} must be at least 1")
+    if args.run_deadline <= 0:
+        p.error(f"--run-deadline: {args.run_deadline} must be positive")
+    if args.grace_seconds < 0:
+        p.error(f"--grace-seconds: {args.grace_seconds} must not be negative")
+    try:
+        parse_addr(args.metrics_addr)
+    except ValueError as exc:
+        p.error(str(exc))
+    d, r, t = (
+        args.leader_elect_lease_duration,
+        args.leader_elect_renew_deadline,
+        args.leader_elect_retry_period,
+    )
+    if t < 1:
+        p.error(f"--leader-elect-retry-period: {t} must be at least 1")
+    if r <= 1.2 * t:
+        p.error(f"--leader-elect-renew-deadline: {r} must exceed 1.2 x --leader-elect-retry-period ({t})")
+    if d <= r:
+        p.error(f"--leader-elect-lease-duration: {d} must exceed --leader-elect-renew-deadline ({r})")
+
+
+def describe(configs: cfgmod.ConfigurationSet) -> str:
+    """A human summary of the Configurations (``--check-config``)."""
+    lines = []
+    for c in configs.configurations:
+        sel = "every node" if c.node_selector is None else f"nodes matching {c.node_selector}"
+        lines.append(f"Configuration {c.name}: {sel}")
+        for th in c.thresholds:
+            steps = " then ".join("+".join(r.name for r in step) for step in th.remedies)
+            lines.append(
+                f"  unhealthy when {th.describe()} -> {steps}; recovery {'+'.join(r.name for r in th.recovery)}"
+            )
+        g = c.storm_guard
+        lines.append(f"  storm guard: {g.describe()}, cooldown {g.cooldown:g}s")
+        if c.pause_requests:
+            lines.append(f"  paused: {', '.join(c.pause_requests)}")
+    lines.extend(f"warning: {w}" for w in configs.warnings)
+    return "\n".join(lines)
+
+
+def _api_client(kubeconfig: Path | None) -> Any:
+    from kubernetes import client, config
+
+    path = kubeconfig or (Path(os.environ["KUBECONFIG"]) if os.environ.get("KUBECONFIG") else None)
+    if path is not None:
+        api = config.new_client_from_config(str(path))  # type: ignore[no-untyped-call]
+    else:
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+        api = client.ApiClient()
+    api.configuration.connection_pool_maxsize = 32
+    api.rest_client.pool_manager.connection_pool_kw["maxsize"] = 32
+    return api
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``noderemedy-runner``; returns the exit code (see module docs)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _positive(parser, args)
+    setup_logs(args.log_level)
+
+    api: Any = None
+    needs_api = not args.check_config or (args.config or "").startswith("configmap:")
+    if needs_api:
+        try:
+            api = _api_client(args.kubeconfig)
+        except Exception as exc:  # noqa: BLE001 - any client construction error is fatal here
+            print(f"noderemedy-runner: error: cannot build a Kubernetes client: {exc}", file=sys.stderr)
+            return 1
+    try:
+        configs = cfgmod.load(args.config, api) if args.config else cfgmod.default_configuration()
+    except cfgmod.ConfigError as exc:
+        print(f"noderemedy-runner: error: {exc}", file=sys.stderr)
+        return 2
+    if args.check_config:
+        print(describe(configs))
+        return 0
+    for warning in configs.warnings:
+        log.warning(warning)
+
+    identity = args.identity or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
+    metrics = Metrics()
+    health = Health()
+    server: MetricsServer | None = None
+    addr = parse_addr(args.metrics_addr)
+    if addr is not None:
+        try:
+            server = MetricsServer(metrics, health, *addr).start()
+        except OSError as exc:
+            print(
+                f"noderemedy-runner: error: --metrics-addr {args.metrics_addr}: {exc.strerror}",
+                file=sys.stderr,
+            )
+            return 2
+        log.info(
+            "serving /metrics /healthz /readyz", extra={"address": f"{server.address[0]}:{server.address[1]}"}
+        )
+
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    work_stop = threading.Event()
+    threads: list[threading.Thread] = []
+
+    def start_work() -> None:
+        from noderemedy_runner.detector import Detector
+
+        metrics.set_leader(True)
+        detector = Detector(
+            api, configs, namespace=args.namespace, identity=identity, dry_run=args.dry_run, metrics=metrics
+        )
+
+        def run_detector() -> None:
+            detector.run(work_stop, beat=health.beat)
+
+        t = threading.Thread(target=run_detector, name="detector", daemon=True)
+        t.start()
+        threads.append(t)
+        if not args.detect_only:
+            from noderemedy_runner.nodefence import NodeFencePolicy
+            from noderemedy_runner.watcher import Watcher
+
+            watcher = Watcher(
+                api,
+                data_dir=args.data_dir,
+                max_concurrent_runs=args.max_concurrent_runs,
+                run_deadline=args.run_deadline,
+                dry_run=args.dry_run,
+                observer=metrics,
+                namespace=args.namespace,
+                policy=NodeFencePolicy(grace_seconds=args.grace_seconds),
+                kubeconfig=args.kubeconfig,
+            )
+            w = threading.Thread(target=watcher.run, args=(work_stop,), name="watcher", daemon=True)
+            w.start()
+            threads.append(w)
+        if detector.ready.wait(90):
+            health.set_ready(True, "leading" if args.leader_elect else "running")
+        log.info(
+            "acting", extra={"identity": identity, "dry_run": args.dry_run, "detect_only": args.detect_only}
+        )
+
+    def stop_work() -> None:
+        metrics.set_leader(False)
+        work_stop.set()
+        for t in threads:
+            t.join(35)
+
+    code = 0
+    try:
+        if args.leader_elect:
+            from noderemedy_runner.leader import LeaderElector
+
+            try:
+                elector = LeaderElector(
+                    api,
+                    name=args.leader_elect_lease_name,
+                    namespace=args.namespace,
+                    identity=identity,
+                    on_started=start_work,
+                    on_stopped=stop_work,
+                    lease_duration=args.leader_elect_lease_duration,
+                    renew_deadline=args.leader_elect_renew_deadline,
+                    retry_period=args.leader_elect_retry_period,
+                )
+            except ValueError as exc:
+                print(f"noderemedy-runner: error: --leader-elect-*: {exc}", file=sys.stderr)
+                return 2
+            health.set_ready(True, "standing by for the leader Lease")
+            log.info(
+                "campaigning for leadership",
+                extra={"identity": identity, "lease": f"{args.namespace}/{args.leader_elect_lease_name}"},
+            )
+
+            def follower_beat() -> None:
+                while not stop.is_set():
+                    if not elector.leading.is_set():
+                        health.beat()
+                    stop.wait(5)
+
+            threading.Thread(target=follower_beat, daemon=True).start()
+            clean = elector.run(stop)
+            code = 0 if clean else 1
+        else:
+            start_work()
+            while not stop.wait(1.0):
+                pass
+            stop_work()
+    finally:
+        if server is not None:
+            server.stop()
+    log.info("stopped", extra={"identity": identity, "exit_code": code})
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

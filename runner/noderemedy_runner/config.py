@@ -1,0 +1,556 @@
+"""The remedy Configuration (node remedy seed, "Deployment"): which nodes are watched, which node
+conditions make a node unhealthy and for how long, the remedies, and the storm guard.
+
+A configuration source (a file, or a ConfigMap's ``*.yaml``/``*.yml`` keys) is a YAML stream of
+one or more ``Configuration`` documents::
+
+    apiVersion: node-remedy/v1alpha            # the seed's; remediation.noderemedy.io/v1alpha1 too
+    kind: Configuration
+    metadata: {name: workers}                  # optional; default "configuration-<index>"
+    nodeSelector: type=compute                 # the seed's string form, or {matchLabels, matchExpressions}
+    thresholdConfigs:
+    - nodeConditionType: Ready
+      nodeConditionStatus: [False, Unknown]    # one status or a list; YAML booleans allowed (seed)
+      nodeConditionPeriod: 5m                  # Go duration, or an integer of seconds
+      remedy1: [{name: fence}]                 # seed: remedyN lists of {name, period, clean-resources}
+      recovery: [{name: recovery}]
+    stormGuard:                                # ours (MachineHealthCheck / NodeHealthCheck semantics)
+      maxUnhealthy: 40%                        # or minHealthy: 51%, or unhealthyRange: "[1-3]"
+      cooldown: 5m
+    pauseRequests: []                          # NodeHealthCheck: non-empty = no new fencing
+
+Defaults (documented in docs/operations.md):
+
+* ``nodeSelector``: every node.
+* ``thresholdConfigs``: NodeHealthCheck's defaults, Ready ``False`` or ``Unknown`` for 300 s.
+* remedies: ``fence`` (a NodeFence, whose steps come from ``fence-config-<node>``); recovery:
+  ``recovery``. noderemedy's only remedy is the NodeFence flow; the names are validated and
+  recorded on the NodeFence (annotation) but do not select pods: the seed's ``remedyConfigs``
+  (pod templates) are accepted and reported as unused (:attr:`ConfigurationSet.warnings`).
+* ``stormGuard``: on, ``minHealthy: 51%`` (NodeHealthCheck's default: more than half the
+  selected nodes must be healthy) and ``cooldown: 300s``.
+
+Every error is a :class:`ConfigError` naming the source, the document and the field.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from noderemedy_runner.metal3 import (
+    LabelSelector,
+    Metal3Error,
+    Requirement,
+    parse_duration,
+    parse_label_selector,
+)
+
+API_VERSIONS = ("node-remedy/v1alpha", "remediation.noderemedy.io/v1alpha1")
+KIND = "Configuration"
+CONDITION_STATUSES = ("True", "False", "Unknown")
+
+#: The default storm guard (NodeHealthCheck's default ``minHealthy``), and its cooldown in seconds.
+DEFAULT_MIN_HEALTHY = "51%"
+DEFAULT_COOLDOWN_SECONDS = 300.0
+#: NodeHealthCheck's default unhealthy conditions: Ready False / Unknown for 300 s.
+DEFAULT_PERIOD_SECONDS = 300.0
+DEFAULT_REMEDY = "fence"
+DEFAULT_RECOVERY = "recovery"
+
+_TOP_FIELDS = {
+    "apiVersion",
+    "kind",
+    "metadata",
+    "nodeSelector",
+    "thresholdConfigs",
+    "remedyConfigs",
+    "stormGuard",
+    "pauseRequests",
+}
+_THRESHOLD_FIELDS = {"nodeConditionType", "nodeConditionStatus", "nodeConditionPeriod", "recovery", "remedy"}
+_REMEDY_KEY_RE = re.compile(r"^remedy(\d+)?$")
+_REMEDY_FIELDS = {"name", "period", "clean-resources", "clean-resourece"}  # the seed's spelling too
+_STORM_FIELDS = {"maxUnhealthy", "minHealthy", "unhealthyRange", "cooldown", "enabled"}
+_RANGE_RE = re.compile(r"^\[(\d+)-(\d+)\]$")
+_PERCENT_RE = re.compile(r"^(\d+)%$")
+_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_LABEL_KEY_RE = re.compile(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
+_LABEL_VALUE_RE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
+
+
+class ConfigError(ValueError):
+    """A remedy Configuration that cannot be used; the message names the source, the document
+    (``metadata.name`` or index) and the field, e.g.
+    ``workers.yaml: Configuration workers: thresholdConfigs[0].nodeConditionPeriod: 'soon' is not a duration``."""
+
+
+@dataclass(frozen=True)
+class IntOrPercent:
+    """An ``intstr.IntOrString`` count: ``value`` is a count, or a percentage when ``percent``."""
+
+    value: int
+    percent: bool = False
+
+    def __str__(self) -> str:
+        return f"{self.value}%" if self.percent else str(self.value)
+
+
+@dataclass(frozen=True)
+class Remedy:
+    """One remedy of the seed's ``remedyN``/``recovery`` lists: ``name``, ``period`` (seconds to
+    give it before the next remedy, None = unbounded), ``clean_resources``."""
+
+    name: str
+    period: float | None = None
+    clean_resources: bool = False
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """One ``thresholdConfigs`` entry: a node whose condition ``condition_type`` has had a status
+    in ``statuses`` for ``period`` seconds is unhealthy. ``remedies``: the ``remedy``/``remedyN``
+    lists in order; ``recovery``: the recovery remedies."""
+
+    condition_type: str
+    statuses: frozenset[str]
+    period: float
+    remedies: tuple[tuple[Remedy, ...], ...] = ((Remedy(DEFAULT_REMEDY),),)
+    recovery: tuple[Remedy, ...] = (Remedy(DEFAULT_RECOVERY),)
+
+    def describe(self) -> str:
+        """``Ready in {False,Unknown} for 300s``: for events and annotations."""
+        return f"{self.condition_type} in {{{','.join(sorted(self.statuses))}}} for {self.period:g}s"
+
+
+@dataclass(frozen=True)
+class StormGuard:
+    """The storm guard of one Configuration (MachineHealthCheck ``maxUnhealthy`` /
+    ``unhealthyRange``, NodeHealthCheck ``minHealthy``); at most one of the three is set.
+    ``cooldown``: seconds after a storm ends before fencing resumes. ``enabled=False`` turns it
+    off (only when said explicitly). Rounding of percentages: :mod:`noderemedy_runner.storm`."""
+
+    max_unhealthy: IntOrPercent | None = None
+    min_healthy: IntOrPercent | None = None
+    unhealthy_range: tuple[int, int] | None = None
+    cooldown: float = DEFAULT_COOLDOWN_SECONDS
+    enabled: bool = True
+
+    def describe(self) -> str:
+        """``maxUnhealthy=40%`` (the active rule) or ``disabled``."""
+        if not self.enabled:
+            return "disabled"
+        if self.max_unhealthy is not None:
+            return f"maxUnhealthy={self.max_unhealthy}"
+        if self.unhealthy_range is not None:
+            return f"unhealthyRange=[{self.unhealthy_range[0]}-{self.unhealthy_range[1]}]"
+        return f"minHealthy={self.min_healthy}"
+
+
+DEFAULT_THRESHOLDS = (Threshold("Ready", frozenset({"False", "Unknown"}), DEFAULT_PERIOD_SECONDS),)
+
+
+@dataclass(frozen=True)
+class RemedyConfiguration:
+    """One ``Configuration`` document. ``node_selector`` None = every node."""
+
+    name: str
+    node_selector: LabelSelector | None = None
+    thresholds: tuple[Threshold, ...] = DEFAULT_THRESHOLDS
+    storm_guard: StormGuard = field(default_factory=lambda: StormGuard(min_healthy=IntOrPercent(51, True)))
+    pause_requests: tuple[str, ...] = ()
+
+    def selects(self, labels: Mapping[str, str]) -> bool:
+        """Whether a node with ``labels`` is watched by this Configuration."""
+        return self.node_selector is None or self.node_selector.matches(labels)
+
+
+@dataclass(frozen=True)
+class ConfigurationSet:
+    """Every Configuration of a source, in order (a node belongs to the first that selects it),
+    plus ``warnings`` (accepted but unused settings, e.g. the seed's ``remedyConfigs``)."""
+
+    configurations: tuple[RemedyConfiguration, ...]
+    warnings: tuple[str, ...] = ()
+
+    def for_node(self, labels: Mapping[str, str]) -> RemedyConfiguration | None:
+        """The first Configuration selecting a node with ``labels``, or None."""
+        for cfg in self.configurations:
+            if cfg.selects(labels):
+                return cfg
+        return None
+
+
+def default_configuration() -> ConfigurationSet:
+    """What the runner uses without ``--config``: one Configuration ``default`` with every default."""
+    return ConfigurationSet((RemedyConfiguration("default"),))
+
+
+# --- parsing ----------------------------------------------------------------------------------
+
+
+def _duration(value: Any, where: str) -> float:
+    if isinstance(value, bool):
+        raise ConfigError(f"{where}: {value!r} is not a duration like 30s, 5m or 1h30m")
+    if isinstance(value, int | float):
+        if value < 0:
+            raise ConfigError(f"{where}: {value!r} must not be negative")
+        return float(value)
+    try:
+        return parse_duration(value, where)
+    except Metal3Error as exc:
+        raise ConfigError(str(exc)) from exc
+
+
+def parse_selector_string(text: str, where: str) -> LabelSelector:
+    """A :class:`LabelSelector` from the label-selector string syntax (the seed's
+    ``type=compute``; ``kubectl -l``): comma-separated ``k=v``, ``k==v``, ``k!=v``, ``k``, ``!k``,
+    ``k in (a,b)``, ``k notin (a,b)``. Raises :class:`ConfigError` naming ``where``."""
+    reqs: list[Requirement] = []
+    labels: list[tuple[str, str]] = []
+    # split on commas outside parentheses
+    parts: list[str] = []
+    depth, cur = 0, ""
+    for ch in text:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    parts.append(cur)
+    for raw in parts:
+        term = raw.strip()
+        if not term:
+            if text.strip():
+                raise ConfigError(f"{where}: empty term in selector {text!r}")
+            continue
+        m = re.match(r"^(\S+)\s+(in|notin)\s+\((.*)\)$", term)
+        if m:
+            key, op, vals = m.group(1), m.group(2), [v.strip() for v in m.group(3).split(",")]
+            if not all(vals) or not all(_LABEL_VALUE_RE.match(v) for v in vals):
+                raise ConfigError(f"{where}: bad values in {term!r}")
+            _check_key(key, where, term)
+            reqs.append(Requirement(key, "In" if op == "in" else "NotIn", tuple(vals)))
+            continue
+        m = re.match(r"^([^=!\s]+)\s*(==|=|!=)\s*(\S*)$", term)
+        if m:
+            key, op, val = m.groups()
+            _check_key(key, where, term)
+            if not _LABEL_VALUE_RE.match(val):
+                raise ConfigError(f"{where}: bad label value {val!r} in {term!r}")
+            if op == "!=":
+                reqs.append(Requirement(key, "NotIn", (val,)))
+            else:
+                labels.append((key, val))
+            continue
+        if term.startswith("!"):
+            _check_key(term[1:].strip(), where, term)
+            reqs.append(Requirement(term[1:].strip(), "DoesNotExist"))
+            continue
+        _check_key(term, where, term)
+        reqs.append(Requirement(term, "Exists"))
+    return LabelSelector(tuple(sorted(labels)), tuple(reqs))
+
+
+def _check_key(key: str, where: str, term: str) -> None:
+    if not _LABEL_KEY_RE.match(key) or len(key) > 317:
+        raise ConfigError(f"{where}: {key!r} in {term!r} is not a label key")
+
+
+def _statuses(value: Any, where: str) -> frozenset[str]:
+    items = value if isinstance(value, list) else [value]
+    if not items:
+        raise ConfigError(f"{where}: needs at least one of {', '.join(CONDITION_STATUSES)}")
+    out: set[str] = set()
+    for item in items:
+        if isinstance(item, bool):  # the seed writes `nodeConditionStatus: false`
+            out.add("True" if item else "False")
+            continue
+        text = str(item).strip().capitalize() if isinstance(item, str) else None
+        if text not in CONDITION_STATUSES:
+            raise ConfigError(f"{where}: {item!r} is not one of {', '.join(CONDITION_STATUSES)}")
+        out.add(text)
+    return frozenset(out)
+
+
+def _remedy_list(value: Any, where: str) -> tuple[Remedy, ...]:
+    """The seed writes a remedy as a list of one-key maps (``- name: repair``, ``- period: 3m``);
+    a list of ``{name, period, clean-resources}`` maps, a single map or a bare name work too."""
+    if isinstance(value, str):
+        value = [{"name": value}]
+    if isinstance(value, Mapping):
+        value = [value]
+    if not isinstance(value, list) or not value:
+        raise ConfigError(f"{where}: a non-empty list of remedies (each with a name)")
+    # seed form: every item a one-key map, exactly one of them `name` → one remedy
+    if all(isinstance(i, Mapping) and len(i) == 1 for i in value) and sum("name" in i for i in value) == 1:
+        merged: dict[str, Any] = {}
+        for i in value:
+            merged.update(i)
+        value = [merged]
+    out = []
+    for idx, item in enumerate(value):
+        at = f"{where}[{idx}]"
+        if isinstance(item, str):
+            item = {"name": item}
+        if not isinstance(item, Mapping):
+            raise ConfigError(f"{at}: a remedy is a name or a map with name, period, clean-resources")
+        unknown = sorted(set(map(str, item)) - _REMEDY_FIELDS)
+        if unknown:
+            raise ConfigError(f"{at}: unknown fields {unknown} (allowed: name, period, clean-resources)")
+        name = item.get("name")
+        if not isinstance(name, str) or not _NAME_RE.match(name):
+            raise ConfigError(f"{at}.name: {name!r} is not a lowercase name like 'fence'")
+        period = _duration(item["period"], f"{at}.period") if "period" in item else None
+        clean = item.get("clean-resources", item.get("clean-resourece", False))
+        if not isinstance(clean, bool):
+            raise ConfigError(f"{at}.clean-resources: {clean!r} is not true or false")
+        out.append(Remedy(name, period, clean))
+    return tuple(out)
+
+
+def _threshold(data: Any, where: str) -> Threshold:
+    if not isinstance(data, Mapping):
+        raise ConfigError(
+            f"{where}: a threshold is a map with nodeConditionType, nodeConditionStatus, nodeConditionPeriod"
+        )
+    keys = set(map(str, data))
+    unknown = sorted(k for k in keys - _THRESHOLD_FIELDS if not _REMEDY_KEY_RE.match(k))
+    if unknown:
+        raise ConfigError(f"{where}: unknown fields {unknown}")
+    for req in ("nodeConditionType", "nodeConditionStatus", "nodeConditionPeriod"):
+        if req not in data:
+            raise ConfigError(f"{where}.{req}: required")
+    ctype = data["nodeConditionType"]
+    if not isinstance(ctype, str) or not re.match(r"^[A-Za-z][A-Za-z0-9_.-]*$", ctype):
+        raise ConfigError(f"{where}.nodeConditionType: {ctype!r} is not a condition type like Ready")
+    statuses = _statuses(data["nodeConditionStatus"], f"{where}.nodeConditionStatus")
+    if ctype == "Ready" and "True" in statuses:
+        raise ConfigError(
+            f"{where}.nodeConditionStatus: Ready=True is a healthy node; use False and/or Unknown"
+        )
+    period = _duration(data["nodeConditionPeriod"], f"{where}.nodeConditionPeriod")
+    remedy_keys = sorted(
+        (k for k in keys if _REMEDY_KEY_RE.match(k)),
+        key=lambda k: int(_REMEDY_KEY_RE.match(k).group(1) or 0),  # type: ignore[union-attr]
+    )
+    remedies = tuple(_remedy_list(data[k], f"{where}.{k}") for k in remedy_keys)
+    recovery = (
+        _remedy_list(data["recovery"], f"{where}.recovery")
+        if "recovery" in data
+        else (Remedy(DEFAULT_RECOVERY),)
+    )
+    return Threshold(ctype, statuses, period, remedies or ((Remedy(DEFAULT_REMEDY),),), recovery)
+
+
+def _count(value: Any, where: str) -> IntOrPercent:
+    if isinstance(value, bool):
+        raise ConfigError(f"{where}: {value!r} is not a count or a percentage like 40%")
+    if isinstance(value, int):
+        if value < 0:
+            raise ConfigError(f"{where}: {value} must not be negative")
+        return IntOrPercent(value)
+    if isinstance(value, str):
+        m = _PERCENT_RE.match(value.strip())
+        if m:
+            pct = int(m.group(1))
+            if pct > 100:
+                raise ConfigError(f"{where}: {value!r} is over 100%")
+            return IntOrPercent(pct, True)
+        if value.strip().isdigit():
+            return IntOrPercent(int(value.strip()))
+    raise ConfigError(f"{where}: {value!r} is not a count or a percentage like 40%")
+
+
+def _storm_guard(data: Any, where: str) -> StormGuard:
+    if data is None:
+        return StormGuard(min_healthy=IntOrPercent(51, True))
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where}: a map with maxUnhealthy, minHealthy or unhealthyRange, and cooldown")
+    unknown = sorted(set(map(str, data)) - _STORM_FIELDS)
+    if unknown:
+        raise ConfigError(f"{where}: unknown fields {unknown} (allowed: {', '.join(sorted(_STORM_FIELDS))})")
+    enabled = data.get("enabled", True)
+    if not isinstance(enabled, bool):
+        raise ConfigError(f"{where}.enabled: {enabled!r} is not true or false")
+    rules = [k for k in ("maxUnhealthy", "minHealthy", "unhealthyRange") if data.get(k) is not None]
+    if len(rules) > 1:
+        raise ConfigError(f"{where}: set only one of maxUnhealthy, minHealthy, unhealthyRange (got {rules})")
+    cooldown = (
+        _duration(data["cooldown"], f"{where}.cooldown") if "cooldown" in data else DEFAULT_COOLDOWN_SECONDS
+    )
+    if not rules:
+        return StormGuard(min_healthy=IntOrPercent(51, True), cooldown=cooldown, enabled=enabled)
+    rule = rules[0]
+    if rule == "unhealthyRange":
+        text = data[rule]
+        m = _RANGE_RE.match(text.strip()) if isinstance(text, str) else None
+        if not m or int(m.group(1)) > int(m.group(2)):
+            raise ConfigError(f'{where}.unhealthyRange: {text!r} is not a range like "[1-3]" (min <= max)')
+        return StormGuard(
+            unhealthy_range=(int(m.group(1)), int(m.group(2))), cooldown=cooldown, enabled=enabled
+        )
+    count = _count(data[rule], f"{where}.{rule}")
+    if rule == "maxUnhealthy":
+        return StormGuard(max_unhealthy=count, cooldown=cooldown, enabled=enabled)
+    return StormGuard(min_healthy=count, cooldown=cooldown, enabled=enabled)
+
+
+def parse_configuration(doc: Any, source: str, index: int = 0) -> tuple[RemedyConfiguration, list[str]]:
+    """One ``Configuration`` document → (:class:`RemedyConfiguration`, warnings).
+
+    ``source`` names the file or ConfigMap key for errors. Raises :class:`ConfigError` on a
+    missing/unknown ``apiVersion``/``kind``, unknown fields, or any malformed field."""
+    where = f"{source}: document {index}"
+    if not isinstance(doc, Mapping):
+        raise ConfigError(f"{where}: a Configuration is a map, got {type(doc).__name__}")
+    if doc.get("kind") != KIND:
+        raise ConfigError(f"{where}.kind: {doc.get('kind')!r}, expected {KIND!r}")
+    if doc.get("apiVersion") not in API_VERSIONS:
+        raise ConfigError(
+            f"{where}.apiVersion: {doc.get('apiVersion')!r} not one of {', '.join(API_VERSIONS)}"
+        )
+    meta = doc.get("metadata") or {}
+    if not isinstance(meta, Mapping):
+        raise ConfigError(f"{where}.metadata: a map")
+    name = meta.get("name", f"configuration-{index}")
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise ConfigError(f"{where}.metadata.name: {name!r} is not a lowercase DNS label")
+    where = f"{source}: Configuration {name}"
+    unknown = sorted(set(map(str, doc)) - _TOP_FIELDS)
+    if unknown:
+        raise ConfigError(f"{where}: unknown fields {unknown} (allowed: {', '.join(sorted(_TOP_FIELDS))})")
+    sel_raw = doc.get("nodeSelector")
+    selector: LabelSelector | None = None
+    if isinstance(sel_raw, str):
+        selector = parse_selector_string(sel_raw, f"{where}: nodeSelector")
+    elif sel_raw is not None:
+        try:
+            selector = parse_label_selector(sel_raw, f"{where}: nodeSelector")
+        except Metal3Error as exc:
+            raise ConfigError(str(exc)) from exc
+    raw_thresholds = doc.get("thresholdConfigs")
+    thresholds: tuple[Threshold, ...]
+    if raw_thresholds is None:
+        thresholds = DEFAULT_THRESHOLDS
+    else:
+        if not isinstance(raw_thresholds, list) or not raw_thresholds:
+            raise ConfigError(f"{where}: thresholdConfigs: a non-empty list")
+        thresholds = tuple(
+            _threshold(t, f"{where}: thresholdConfigs[{i}]") for i, t in enumerate(raw_thresholds)
+        )
+    guard = _storm_guard(doc.get("stormGuard"), f"{where}: stormGuard")
+    pauses = doc.get("pauseRequests") or []
+    if not isinstance(pauses, list) or not all(isinstance(p, str) and p for p in pauses):
+        raise ConfigError(f"{where}: pauseRequests: a list of non-empty strings (reasons)")
+    warnings: list[str] = []
+    remedy_cfgs = doc.get("remedyConfigs")
+    if remedy_cfgs is not None:
+        if not isinstance(remedy_cfgs, list) or not all(
+            isinstance(r, Mapping) and isinstance(r.get("name"), str) for r in remedy_cfgs
+        ):
+            raise ConfigError(f"{where}: remedyConfigs: a list of maps, each with a name")
+        warnings.append(
+            f"{where}: remedyConfigs ({', '.join(r['name'] for r in remedy_cfgs)}) are not run: "
+            "noderemedy's remedy is the NodeFence flow of fence-config-<node>"
+        )
+    return RemedyConfiguration(name, selector, thresholds, guard, tuple(pauses)), warnings
+
+
+def parse_configurations(text: str, source: str) -> ConfigurationSet:
+    """Every ``Configuration`` in the YAML stream ``text`` (``source`` names it in errors).
+    Raises :class:`ConfigError` on YAML errors, an empty stream or duplicate names."""
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: not YAML: {exc}") from exc
+    if not docs:
+        raise ConfigError(f"{source}: no Configuration document")
+    configs: list[RemedyConfiguration] = []
+    warnings: list[str] = []
+    for i, doc in enumerate(docs):
+        cfg, warn = parse_configuration(doc, source, i)
+        if any(c.name == cfg.name for c in configs):
+            raise ConfigError(f"{source}: Configuration {cfg.name}: metadata.name used twice")
+        configs.append(cfg)
+        warnings.extend(warn)
+    return ConfigurationSet(tuple(configs), tuple(warnings))
+
+
+def parse_configmap(configmap: Mapping[str, Any]) -> ConfigurationSet:
+    """Configurations from a ConfigMap object (JSON form): every ``data`` key ending in ``.yaml``
+    or ``.yml``, in key order. Raises :class:`ConfigError` naming ``ConfigMap <ns>/<name> key <k>``."""
+    meta = configmap.get("metadata") or {}
+    cm = f"ConfigMap {meta.get('namespace', '')}/{meta.get('name', '')}"
+    data = configmap.get("data") or {}
+    keys = sorted(k for k in data if k.endswith((".yaml", ".yml")))
+    if not keys:
+        raise ConfigError(f"{cm}: no data key ending in .yaml or .yml")
+    configs: list[RemedyConfiguration] = []
+    warnings: list[str] = []
+    for key in keys:
+        part = parse_configurations(str(data[key]), f"{cm} key {key}")
+        for cfg in part.configurations:
+            if any(c.name == cfg.name for c in configs):
+                raise ConfigError(f"{cm} key {key}: Configuration {cfg.name}: metadata.name used twice")
+            configs.append(cfg)
+        warnings.extend(part.warnings)
+    return ConfigurationSet(tuple(configs), tuple(warnings))
+
+
+def load(spec: str, api_client: Any = None) -> ConfigurationSet:
+    """Configurations from ``--config``: a file path, or ``configmap:<namespace>/<name>`` (read
+    with ``api_client``). Raises :class:`ConfigError` (unreadable file, missing ConfigMap, bad
+    content)."""
+    if spec.startswith("configmap:"):
+        ref = spec[len("configmap:") :]
+        if ref.count("/") != 1 or not all(ref.split("/")):
+            raise ConfigError(f"--config {spec!r}: expected configmap:<namespace>/<name>")
+        ns, name = ref.split("/")
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            obj = client.CoreV1Api(api_client).read_namespaced_config_map(name, ns)
+        except ApiException as exc:
+            raise ConfigError(f"ConfigMap {ns}/{name}: cannot read it ({exc.status} {exc.reason})") from exc
+        return parse_configmap({"metadata": {"namespace": ns, "name": name}, "data": obj.data or {}})
+    try:
+        with open(spec, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise ConfigError(f"{spec}: cannot read it ({exc.strerror})") from exc
+    return parse_configurations(text, spec)
+
+
+def names(configs: Sequence[RemedyConfiguration]) -> list[str]:
+    """The Configurations' names, in order."""
+    return [c.name for c in configs]
+
+
+__all__ = [
+    "API_VERSIONS",
+    "ConfigError",
+    "ConfigurationSet",
+    "IntOrPercent",
+    "Remedy",
+    "RemedyConfiguration",
+    "StormGuard",
+    "Threshold",
+    "default_configuration",
+    "load",
+    "parse_configmap",
+    "parse_configuration",
+    "parse_configurations",
+    "parse_selector_string",
+]

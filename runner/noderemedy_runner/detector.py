@@ -1,0 +1,722 @@
+"""The detector's I/O side: watch Nodes and NodeFences, run :func:`noderemedy_runner.detect.plan`,
+and act on the plan -- create NodeFences, cancel not-yet-started ones, hold per-node Leases,
+write Events and the storm guard's status.
+
+What it writes (all decided by the pure :mod:`~noderemedy_runner.detect` and
+:mod:`~noderemedy_runner.storm`):
+
+* **NodeFence** ``<node>`` (cluster-scoped, ``spec: {node}`` as the CRD demands), labelled
+  ``app.kubernetes.io/managed-by=noderemedy-runner`` and annotated with the Configuration, the
+  threshold that matched, the remedy names and when the node became unhealthy. Before creating
+  it the detector takes the node's Lease (:class:`~noderemedy_runner.leader.NodeLeases`); it
+  renews the Lease while the NodeFence is not finished and deletes it afterwards.
+* **Cancel**: for a NodeFence still New whose node is Ready again before any step started, the
+  detector asks the NodeFence machine itself (:func:`noderemedy_runner.nodefence.decide` with
+  the node Ready) and writes the status it returns (``Final``, ``Processing=False``
+  ``NodeHealthy``) with a PUT on the status subresource carrying the resourceVersion read --
+  so it cannot race the reconciler committing a step (one of the two writes gets 409).
+* **Storm guard status**: ConfigMap ``<namespace>/noderemedy-status``, key
+  ``<configuration>.json`` holding a ``StormGuardActive`` condition (reason TooManyUnhealthy /
+  Cooldown / WithinLimit / Disabled, message with the counts) plus ``since``/``endedAt``; a new
+  leader restores the storm state (and so the cooldown) from it. Events go on that ConfigMap.
+* **Events** (core/v1, component ``noderemedy-runner``, messages prefixed ``[remediation]``
+  like medik8s): on the Node and the NodeFence when one is created (``NodeFenceCreated``) or
+  cancelled (``NodeFenceCancelled``); on the Node when an unhealthy node is refused
+  (``RemediationRefused``: Excluded, Paused, StormGuard, LeaseHeld, RestartLimitReached -- once per
+  node and reason); on the status ConfigMap when a storm starts (``StormGuardActive``), ends
+  (``StormGuardCooldown``) and fencing resumes (``StormGuardCleared``). Events for cluster-scoped
+  objects go to namespace ``default``, as the kubelet's do.
+
+``dry_run``: decide and report (JSON log lines, metrics), write nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes import client, watch
+from kubernetes.client.exceptions import ApiException
+
+from noderemedy_runner import detect
+from noderemedy_runner.conditions import Condition, format_time, parse_time, set_condition
+from noderemedy_runner.config import ConfigurationSet
+from noderemedy_runner.detect import Assessment, FenceInfo, NodeInfo, Plan, Refusal
+from noderemedy_runner.fencecfg import FenceConfig
+from noderemedy_runner.leader import NodeLeases
+from noderemedy_runner.logs import bind
+from noderemedy_runner.metrics import Metrics
+from noderemedy_runner.nodefence import NodeFenceObservations, NodeFencePolicy, NodeFenceStatus, decide
+from noderemedy_runner.storm import StormState
+
+log = logging.getLogger("noderemedy_runner.detector")
+
+GROUP, VERSION, PLURAL, KIND = "remediation.noderemedy.io", "v1alpha1", "nodefences", "NodeFence"
+STATUS_CONFIGMAP = "noderemedy-status"
+STORM_CONDITION = "StormGuardActive"
+COMPONENT = "noderemedy-runner"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+ANNOTATION_PREFIX = "remediation.noderemedy.io/"
+
+
+class EventRecorder:
+    """Writes core/v1 Events from a background thread (so Events never delay fencing); never
+    raises. ``flush(timeout)`` waits until the queue is empty (tests)."""
+
+    def __init__(self, api_client: client.ApiClient, identity: str, enabled: bool = True) -> None:
+        self.api = client.CoreV1Api(api_client)
+        self.identity = identity
+        self.enabled = enabled
+        self._q: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._loop, name="events", daemon=True)
+        self._thread.start()
+
+    def record(
+        self, involved: Mapping[str, str], type_: str, reason: str, message: str, action: str = ""
+    ) -> None:
+        """Queue an Event on ``involved`` (``kind``, ``name``, ``apiVersion``, optional ``uid``,
+        ``namespace``). ``type_``: Normal or Warning."""
+        if not self.enabled:
+            return
+        now = datetime.now(UTC)
+        ns = involved.get("namespace") or "default"
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{involved['name']}.{uuid.uuid4().hex[:16]}", "namespace": ns},
+            "involvedObject": {k: v for k, v in involved.items() if v},
+            "type": type_,
+            "reason": reason,
+            "message": f"[remediation] {message}"[:1024],
+            "source": {"component": COMPONENT},
+            "reportingComponent": COMPONENT,
+            "reportingInstance": self.identity[:128],
+            "action": action or reason,
+            "firstTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "lastTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "count": 1,
+        }
+        self._q.put(body)
+
+    def _loop(self) -> None:
+        while True:
+            body = self._q.get()
+            try:
+                if body is None:
+                    return
+                raw: Any = body
+                self.api.create_namespaced_event(body["metadata"]["namespace"], raw)
+            except Exception as exc:  # noqa: BLE001 - events are best effort
+                log.warning("event %s not written: %s", body and body.get("reason"), exc)
+            finally:
+                self._q.task_done()
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Wait until every queued Event was written (or failed); False after ``timeout`` s."""
+        deadline = time.monotonic() + timeout
+        while self._q.unfinished_tasks and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return not self._q.unfinished_tasks
+
+
+class _Informer:
+    """List then watch (raw JSON, no model deserialisation) a collection, calling ``on_reset``
+    with the full list and ``on_event(type, object)`` for each change; relists after errors
+    and 410 Gone. ``synced`` is set after the first list.
+
+    kubernetes 37 ``Watch.stream(..., deserialize=False)`` quirks: it does not track the
+    resourceVersion (``Watch.resource_version`` keeps the one passed in), so it is taken from
+    each event's object here; and an ERROR event raises KeyError ('raw_object') instead of an
+    ApiException -- handled as any error: relist."""
+
+    def __init__(
+        self,
+        name: str,
+        list_call: Callable[..., Any],
+        on_reset: Callable[[list[dict[str, Any]]], None],
+        on_event: Callable[[str, dict[str, Any]], None],
+    ) -> None:
+        self.name = name
+        self.list_call = list_call
+        self.on_reset = on_reset
+        self.on_event = on_event
+        self.synced = threading.Event()
+        self.errors = 0
+
+    def run(self, stop: threading.Event) -> None:
+        """Until ``stop`` (checked at least every 30 s)."""
+        while not stop.is_set():
+            try:
+                resp = self.list_call(_preload_content=False, _request_timeout=(10, 120))
+                doc = json.loads(resp.data)
+                rv = doc["metadata"]["resourceVersion"]
+                self.on_reset(doc.get("items") or [])
+                self.synced.set()
+                w: Any = watch.Watch()  # type: ignore[no-untyped-call]
+                while not stop.is_set():
+                    gone = False
+                    for ev in w.stream(
+                        self.list_call,
+                        resource_version=rv,
+                        timeout_seconds=30,
+                        allow_watch_bookmarks=True,
+                        deserialize=False,
+                        _request_timeout=(10, 60),  # a hung connection must not stop detection
+                    ):
+                        kind, obj = ev.get("type"), ev.get("object") or {}
+                        if kind == "ERROR":
+                            gone = obj.get("code") == 410
+                            break
+                        rv = (obj.get("metadata") or {}).get("resourceVersion", rv)
+                        if kind != "BOOKMARK":
+                            self.on_event(str(kind), obj)
+                        if stop.is_set():
+                            break
+                    if gone:
+                        break
+            except ApiException as exc:
+                self.errors += 1
+                log.warning("%s watch: %s %s; relisting", self.name, exc.status, exc.reason)
+                stop.wait(1.0)
+            except Exception as exc:  # noqa: BLE001 - transport errors: relist
+                self.errors += 1
+                log.warning("%s watch: %s; relisting", self.name, exc)
+                stop.wait(1.0)
+
+
+class Detector:
+    """Watches Nodes and NodeFences and keeps exactly one NodeFence per unhealthy node.
+
+    Args:
+        api_client: ``kubernetes.client.ApiClient``.
+        configs: the remedy Configurations (:func:`noderemedy_runner.config.load`).
+        namespace: the runner's namespace (status ConfigMap, per-node Leases).
+        identity: this replica's id (Lease holder ``noderemedy-runner/<identity>``, Events).
+        dry_run: decide and report only.
+        metrics: where to report (None: a private :class:`Metrics`).
+        clock: seconds since the epoch (tests pass a fake).
+        node_lease_seconds: leaseDurationSeconds of per-node Leases.
+        workers: parallel API calls when many NodeFences are created at once.
+        resync: seconds between full passes when nothing changes.
+    """
+
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        configs: ConfigurationSet,
+        *,
+        namespace: str,
+        identity: str,
+        dry_run: bool = False,
+        metrics: Metrics | None = None,
+        clock: Callable[[], float] = time.time,
+        node_lease_seconds: int = 300,
+        workers: int = 16,
+        resync: float = 30.0,
+    ) -> None:
+        self.api_client = api_client
+        self.core = client.CoreV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
+        self.configs = configs
+        self.namespace = namespace
+        self.identity = identity
+        self.dry_run = dry_run
+        self.metrics = metrics or Metrics()
+        self.clock = clock
+        self.resync = resync
+        self.leases = NodeLeases(api_client, namespace, f"noderemedy-runner/{identity}", node_lease_seconds)
+        self.events = EventRecorder(api_client, identity, enabled=not dry_run)
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="detector")
+        # status ConfigMap writes: one ordered background writer, off the detection path
+        self._status_writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="status")
+        self._lock = threading.Lock()
+        self._nodes: dict[str, NodeInfo] = {}
+        self._fences: dict[str, dict[str, Any]] = {}
+        self._last_healthy: dict[str, float] = {}
+        self._storms: dict[str, StormState] = {}
+        self._refused: dict[str, str] = {}  # node -> last refusal reason reported
+        self._created_at: dict[str, float] = {}
+        self._dirty = threading.Event()
+        self._informers: list[_Informer] = []
+        self._last_lease_upkeep = 0.0
+        self._foreign: dict[str, tuple[str, float]] = {}  # node -> (holder, expiry) of others' Leases
+        self.last_plan: Plan | None = None
+        self.ready = threading.Event()
+
+    # --- caches -------------------------------------------------------------------------------
+    def _note_node(self, node: NodeInfo, now: float) -> None:
+        cfg = self.configs.for_node(node.labels)
+        if cfg is not None and not detect.assess(node, cfg, now).matching:
+            self._last_healthy[node.name] = now
+
+    def _reset_nodes(self, items: list[dict[str, Any]]) -> None:
+        now = self.clock()
+        nodes = {}
+        for obj in items:
+            n = NodeInfo.from_object(obj)
+            nodes[n.name] = n
+        with self._lock:
+            self._nodes = nodes
+            for n in nodes.values():
+                self._note_node(n, now)
+        self._dirty.set()
+
+    def _node_event(self, kind: str, obj: dict[str, Any]) -> None:
+        n = NodeInfo.from_object(obj)
+        with self._lock:
+            if kind == "DELETED":
+                self._nodes.pop(n.name, None)
+                self._last_healthy.pop(n.name, None)
+            else:
+                self._nodes[n.name] = n
+                self._note_node(n, self.clock())
+        self._dirty.set()
+
+    def _reset_fences(self, items: list[dict[str, Any]]) -> None:
+        with self._lock:
+            self._fences = {o["metadata"]["name"]: o for o in items}
+        self._dirty.set()
+
+    def _fence_event(self, kind: str, obj: dict[str, Any]) -> None:
+        name = obj["metadata"]["name"]
+        with self._lock:
+            if kind == "DELETED":
+                self._fences.pop(name, None)
+            else:
+                self._fences[name] = obj
+        self._dirty.set()
+
+    def _list_nodes(self, **kw: Any) -> Any:
+        return self.core.list_node(**kw)
+
+    def _list_fences(self, **kw: Any) -> Any:
+        return self.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, **kw)
+
+    def sync(self) -> None:
+        """List Nodes and NodeFences once (what :meth:`reconcile_once` uses without watches).
+        Raises ApiException when the API server refuses."""
+        self._reset_nodes(json.loads(self._list_nodes(_preload_content=False).data).get("items") or [])
+        self._reset_fences(json.loads(self._list_fences(_preload_content=False).data).get("items") or [])
+
+    def start_watches(self, stop: threading.Event, timeout: float = 60.0) -> bool:
+        """Start the Node and NodeFence informers in daemon threads; wait up to ``timeout`` s for
+        their first list. Returns whether both synced."""
+        self._informers = [
+            _Informer("nodes", self._list_nodes, self._reset_nodes, self._node_event),
+            _Informer("nodefences", self._list_fences, self._reset_fences, self._fence_event),
+        ]
+        for inf in self._informers:
+            threading.Thread(target=inf.run, args=(stop,), name=f"watch-{inf.name}", daemon=True).start()
+        deadline = time.monotonic() + timeout
+        return all(inf.synced.wait(max(0.0, deadline - time.monotonic())) for inf in self._informers)
+
+    # --- storm status ---------------------------------------------------------------------------
+    def restore_storms(self) -> None:
+        """Load the storm state (and so a running cooldown) from the status ConfigMap, if any."""
+        try:
+            cm = self.core.read_namespaced_config_map(STATUS_CONFIGMAP, self.namespace)
+        except ApiException as exc:
+            if exc.status != 404:
+                log.warning("status ConfigMap unreadable: %s", exc.reason)
+            return
+        for cfg in self.configs.configurations:
+            raw = (cm.data or {}).get(f"{cfg.name}.json")
+            if not raw:
+                continue
+            try:
+                doc = json.loads(raw)
+                self._storms[cfg.name] = StormState(
+                    active=bool(doc.get("active")),
+                    storm=bool(doc.get("storm")),
+                    since=parse_time(doc["since"]) if doc.get("since") else None,
+                    ended_at=parse_time(doc["endedAt"]) if doc.get("endedAt") else None,
+                    total=int(doc.get("total", 0)),
+                    unhealthy=int(doc.get("unhealthy", 0)),
+                    reason=str(doc.get("reason", "WithinLimit")),
+                )
+            except (ValueError, KeyError, TypeError) as exc:
+                log.warning("status ConfigMap key %s.json ignored: %s", cfg.name, exc)
+
+    def _write_storm_status(self, name: str, state: StormState, now: float) -> None:
+        key = f"{name}.json"
+        try:
+            try:
+                cm = self.core.read_namespaced_config_map(STATUS_CONFIGMAP, self.namespace)
+                data = dict(cm.data or {})
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+                cm, data = None, {}
+            old: tuple[Any, ...] = ()
+            if data.get(key):
+                try:
+                    old = tuple(Condition.from_dict(c) for c in json.loads(data[key]).get("conditions", ()))
+                except (ValueError, TypeError):
+                    old = ()
+            conds = set_condition(
+                old, STORM_CONDITION, "True" if state.active else "False", state.reason, state.message, now
+            )
+            doc = {
+                "configuration": name,
+                "active": state.active,
+                "storm": state.storm,
+                "total": state.total,
+                "unhealthy": state.unhealthy,
+                "allowed": state.allowed,
+                "reason": state.reason,
+                "message": state.message,
+                "since": format_time(state.since) if state.since is not None else None,
+                "endedAt": format_time(state.ended_at) if state.ended_at is not None else None,
+                "conditions": [c.to_dict() for c in conds],
+            }
+            data[key] = json.dumps(doc, indent=1)
+            if cm is None:
+                body = client.V1ConfigMap(
+                    metadata=client.V1ObjectMeta(
+                        name=STATUS_CONFIGMAP, namespace=self.namespace, labels={MANAGED_BY_LABEL: COMPONENT}
+                    ),
+                    data=data,
+                )
+                self.core.create_namespaced_config_map(self.namespace, body)
+            else:
+                cm.data = data
+                self.core.replace_namespaced_config_map(STATUS_CONFIGMAP, self.namespace, cm)
+        except ApiException as exc:
+            log.warning("status ConfigMap not written: %s %s", exc.status, exc.reason)
+
+    def _status_ref(self) -> dict[str, str]:
+        return {
+            "kind": "ConfigMap",
+            "apiVersion": "v1",
+            "name": STATUS_CONFIGMAP,
+            "namespace": self.namespace,
+        }
+
+    def _report_storm(self, name: str, old: StormState | None, new: StormState, now: float) -> None:
+        sig_old = (old.active, old.reason, old.unhealthy, old.total) if old else None
+        if sig_old == (new.active, new.reason, new.unhealthy, new.total):
+            return
+        slog = bind(log, resource=f"ConfigMap/{self.namespace}/{STATUS_CONFIGMAP}")
+        slog.info(
+            "storm guard %s: %s",
+            name,
+            new.message,
+            extra={"configuration": name, "storm_active": new.active, "reason": new.reason},
+        )
+        if self.dry_run:
+            return
+        was_active = bool(old and old.active)
+        if new.active and new.storm and not (old and old.storm):
+            self.events.record(
+                self._status_ref(), "Warning", "StormGuardActive", f"Configuration {name}: {new.message}"
+            )
+        elif new.active and not new.storm and old and old.storm:
+            self.events.record(
+                self._status_ref(), "Normal", "StormGuardCooldown", f"Configuration {name}: {new.message}"
+            )
+        elif was_active and not new.active:
+            self.events.record(
+                self._status_ref(),
+                "Normal",
+                "StormGuardCleared",
+                f"Configuration {name}: fencing resumes; {new.message}",
+            )
+        self._status_writer.submit(self._write_storm_status, name, new, now)
+
+    # --- one pass ----------------------------------------------------------------------------------
+    def reconcile_once(self, now: float | None = None) -> Plan:
+        """One detection pass on the cached Nodes/NodeFences (call :meth:`sync` first when no
+        watches run): plan, then act (unless dry-run). Returns the plan."""
+        now = self.clock() if now is None else now
+        with self._lock:
+            nodes = list(self._nodes.values())
+            fence_objs = dict(self._fences)
+            last_healthy = dict(self._last_healthy)
+        fences = [FenceInfo.from_object(o) for o in fence_objs.values()]
+        # other remediators' Leases: from the last upkeep (a create re-checks the Lease anyway)
+        foreign = {n: h for n, (h, until) in self._foreign.items() if until > now}
+        p = detect.plan(nodes, self.configs, fences, now, self._storms, last_healthy, foreign)
+        previous, self._storms = self._storms, dict(p.storms)
+        by_name = {n.name: n for n in nodes}
+        # act first (the fast path), then report
+        futures = [
+            self._pool.submit(self._create, a, by_name[a.node], fence_objs.get(a.node), now) for a in p.create
+        ]
+        futures += [
+            self._pool.submit(self._cancel, f, fence_objs.get(f.name), by_name.get(f.node), now)
+            for f in p.cancel
+        ]
+        for fut in futures:
+            fut.result()
+        for name, state in p.storms.items():
+            self.metrics.configuration_state(name, state.total, len(p.unhealthy.get(name, ())), state.active)
+            self._report_storm(name, previous.get(name), state, now)
+        self._report_refusals(p.refused)
+        if not self.dry_run and now - self._last_lease_upkeep >= min(30.0, self.leases.duration / 4):
+            self._last_lease_upkeep = now
+            self._lease_upkeep(fences, now)
+        self.last_plan = p
+        return p
+
+    def _report_refusals(self, refused: tuple[Refusal, ...]) -> None:
+        """Report each refusal once per node and reason; forget nodes no longer refused."""
+        current = {r.node for r in refused}
+        with self._lock:
+            for node in [n for n in self._refused if n not in current]:
+                del self._refused[node]
+        for r in refused:
+            self._refuse(r)
+
+    def _refuse(self, r: Refusal) -> None:
+        with self._lock:
+            if self._refused.get(r.node) == r.reason:
+                return
+            self._refused[r.node] = r.reason
+            n = self._nodes.get(r.node)
+            uid = n.uid if n else ""
+        self.metrics.fencing_refused(r.reason)
+        bind(log, node=r.node).warning(
+            "no NodeFence: %s", r.message, extra={"reason": r.reason, "dry_run": self.dry_run}
+        )
+        self.events.record(
+            {"kind": "Node", "apiVersion": "v1", "name": r.node, "uid": uid},
+            "Warning",
+            "RemediationRefused",
+            f"{r.reason}: {r.message}",
+        )
+
+    def _create(self, a: Assessment, node: NodeInfo, old: dict[str, Any] | None, now: float) -> None:
+        rlog = bind(log, resource=f"{KIND}/{node.name}", node=node.name)
+        th = a.threshold
+        due = (a.since or now) + (th.period if th else 0.0)
+        if self.dry_run:
+            rlog.info(
+                "dry run: would create NodeFence",
+                extra={"configuration": a.config, "threshold": th.describe() if th else None},
+            )
+            return
+        try:
+            held, holder = self.leases.acquire(node.name)
+            if not held:
+                self._refuse(
+                    Refusal(node.name, detect.REFUSED_LEASE, f"its remediation Lease is held by {holder}")
+                )
+                return
+            if old is not None:
+                rv = old["metadata"].get("resourceVersion")
+                self.custom.delete_cluster_custom_object(
+                    GROUP,
+                    VERSION,
+                    PLURAL,
+                    node.name,
+                    body=client.V1DeleteOptions(preconditions=client.V1Preconditions(resource_version=rv)),
+                )
+                rlog.info("deleted finished NodeFence to fence the node again")
+            remedies = [[r.name for r in step] for step in th.remedies] if th else []
+            body = {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": KIND,
+                "metadata": {
+                    "name": node.name,
+                    "labels": {MANAGED_BY_LABEL: COMPONENT},
+                    "annotations": {
+                        ANNOTATION_PREFIX + "configuration": str(a.config),
+                        ANNOTATION_PREFIX + "threshold": th.describe() if th else "",
+                        ANNOTATION_PREFIX + "remedies": json.dumps(remedies),
+                        ANNOTATION_PREFIX + "recovery": json.dumps(
+                            [r.name for r in th.recovery] if th else []
+                        ),
+                        ANNOTATION_PREFIX + "unhealthy-since": format_time(a.since or now),
+                        ANNOTATION_PREFIX + "detected-by": self.identity,
+                    },
+                },
+                "spec": {"node": node.name},
+            }
+            try:
+                created: Any = self.custom.create_cluster_custom_object(GROUP, VERSION, PLURAL, body)
+            except ApiException as exc:
+                if exc.status == 409:
+                    rlog.info("NodeFence already exists")
+                    return
+                raise
+            late = self.clock() - due
+            self.metrics.nodefence_created(late)
+            with self._lock:
+                self._fences[node.name] = created
+                self._refused.pop(node.name, None)
+            rlog.info(
+                "created NodeFence",
+                extra={
+                    "configuration": a.config,
+                    "threshold": th.describe() if th else None,
+                    "late_s": round(late, 3),
+                },
+            )
+            msg = f"node unhealthy ({th.describe() if th else '?'}) under Configuration {a.config}: NodeFence {node.name} created"
+            self.events.record(
+                {"kind": "Node", "apiVersion": "v1", "name": node.name, "uid": node.uid},
+                "Normal",
+                "NodeFenceCreated",
+                msg,
+            )
+            self.events.record(
+                {
+                    "kind": KIND,
+                    "apiVersion": f"{GROUP}/{VERSION}",
+                    "name": node.name,
+                    "uid": created["metadata"]["uid"],
+                },
+                "Normal",
+                "NodeFenceCreated",
+                msg,
+            )
+        except ApiException as exc:
+            self.metrics.reconcile_error("Detector", node.name, f"{exc.status} {exc.reason}")
+            rlog.error("NodeFence not created: %s %s", exc.status, exc.reason)
+
+    def _cancel(self, f: FenceInfo, obj: dict[str, Any] | None, node: NodeInfo | None, now: float) -> None:
+        rlog = bind(log, resource=f"{KIND}/{f.name}", node=f.node)
+        if obj is None or node is None:
+            return
+        try:
+            status = NodeFenceStatus.from_dict(obj.get("status"))
+        except ValueError as exc:
+            rlog.error("NodeFence status unreadable, not cancelled: %s", exc)
+            return
+        gen = int(obj["metadata"].get("generation", 0))
+        obs = NodeFenceObservations(
+            node=f.node, now=now, node_ready=True, taint_present=node.out_of_service, generation=gen
+        )
+        empty = FenceConfig(
+            configmap=f"fence-config-{f.node}", node=f.node, isolation=(), power_management=(), recovery=()
+        )
+        policy = NodeFencePolicy()
+        action = decide(f.name, status, obs, empty, policy)
+        if (
+            action.kind == "write_status"
+            and action.reason == "ObservedGeneration"
+            and action.status is not None
+        ):
+            status = NodeFenceStatus.from_dict(action.status)
+            action = decide(f.name, status, obs, empty, policy)
+        if action.kind != "write_status" or action.reason != "NodeHealthy" or action.status is None:
+            rlog.info("not cancelled: the NodeFence machine decides %s", action.reason)
+            return
+        if self.dry_run:
+            rlog.info("dry run: would cancel NodeFence (node Ready before fencing started)")
+            return
+        new_status = dict(action.status)
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": KIND,
+            "metadata": {"name": f.name, "resourceVersion": obj["metadata"]["resourceVersion"]},
+            "spec": obj.get("spec") or {"node": f.node},
+            "status": new_status,
+        }
+        try:
+            updated: Any = self.custom.replace_cluster_custom_object_status(
+                GROUP, VERSION, PLURAL, f.name, body
+            )
+        except ApiException as exc:
+            if exc.status in (404, 409):
+                rlog.info("not cancelled: the NodeFence changed meanwhile (%s)", exc.status)
+                return
+            self.metrics.reconcile_error("Detector", f.name, f"{exc.status} {exc.reason}")
+            rlog.error("NodeFence not cancelled: %s %s", exc.status, exc.reason)
+            return
+        with self._lock:
+            self._fences[f.name] = updated
+        self.metrics.nodefence_cancelled()
+        rlog.info("cancelled NodeFence: node Ready before fencing started")
+        msg = f"node {f.node} Ready again before fencing started: NodeFence {f.name} cancelled (Final, NodeHealthy)"
+        self.events.record(
+            {"kind": "Node", "apiVersion": "v1", "name": f.node, "uid": node.uid},
+            "Normal",
+            "NodeFenceCancelled",
+            msg,
+        )
+        self.events.record(
+            {
+                "kind": KIND,
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "name": f.name,
+                "uid": obj["metadata"].get("uid", ""),
+            },
+            "Normal",
+            "NodeFenceCancelled",
+            msg,
+        )
+        try:
+            self.leases.release(f.node)
+        except ApiException as exc:
+            rlog.warning("node Lease not released: %s", exc.reason)
+
+    def _lease_upkeep(self, fences: list[FenceInfo], now: float) -> None:
+        try:
+            leases = self.leases.list()
+        except ApiException as exc:
+            log.warning("per-node Leases unreadable: %s", exc.reason)
+            return
+        active = {f.node for f in fences if not f.terminal}
+        self._foreign = {
+            node: (str(lease.holder), (lease.renewed or now) + lease.duration)
+            for node, lease in leases.items()
+            if not self.leases.ours(lease.holder) and not lease.expired(now)
+        }
+        for node, lease in leases.items():
+            if not self.leases.ours(lease.holder):
+                continue
+            try:
+                if node not in active:
+                    if self.leases.release(node):
+                        bind(log, node=node).info("released node Lease: remediation finished")
+                elif (
+                    lease.renewed is None
+                    or lease.renewed + lease.duration / 2 <= now
+                    or lease.holder != self.leases.holder
+                ):
+                    self.leases.renew(lease)
+            except ApiException as exc:
+                bind(log, node=node).warning("node Lease upkeep failed: %s", exc.reason)
+        for f in fences:
+            if not f.terminal and f.node not in leases and f.node in self._nodes:
+                try:
+                    self.leases.acquire(f.node)
+                except ApiException as exc:
+                    bind(log, node=f.node).warning("node Lease not taken: %s", exc.reason)
+
+    # --- loop ----------------------------------------------------------------------------------------
+    def run(self, stop: threading.Event, beat: Callable[[], None] | None = None) -> None:
+        """Watch and act until ``stop`` is set: a pass after every change, when a period or a
+        cooldown runs out, and every ``resync`` seconds. Errors in a pass are logged, counted
+        (``reconcile_errors_total{kind="Detector"}``) and retried after 1 s."""
+        self.restore_storms()
+        if not self.start_watches(stop):
+            log.error("node/NodeFence watches did not sync within 60 s; retrying in the background")
+        self.ready.set()
+        while not stop.is_set():
+            if beat is not None:
+                beat()
+            try:
+                p = self.reconcile_once()
+                wait = self.resync if p.next_check is None else min(self.resync, p.next_check + 0.01)
+            except Exception as exc:  # noqa: BLE001 - one bad pass must not stop detection
+                self.metrics.reconcile_error("Detector", "-", str(exc))
+                log.exception("detection pass failed")
+                wait = 1.0
+            self._dirty.wait(wait)
+            self._dirty.clear()
+        self._pool.shutdown(wait=True)
+        self._status_writer.shutdown(wait=True)
+        self.events.flush(5.0)
+
+
+__all__ = ["STATUS_CONFIGMAP", "STORM_CONDITION", "Detector", "EventRecorder"]

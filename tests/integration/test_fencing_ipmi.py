@@ -1,0 +1,265 @@
+"""``noderemedy.core.ipmi_power`` and the IPMI driver against the lab's real BMCs (OpenIPMI ipmi_sim).
+
+Every change is confirmed by the peer itself: the BMC's power file (written by its chassis-control
+hook) and ``ipmitool``. Run with ``NODEREMEDY_LAB_KUBE=0`` to start the devices only.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from test_fencing_support import (
+    assert_failed_unfenced,
+    assert_no_secrets,
+    assert_quartet,
+    quartet_tasks,
+)
+
+from ansible_collections.noderemedy.core.plugins.module_utils._fence import (
+    AuthError,
+    PrivilegeError,
+)
+from ansible_collections.noderemedy.core.plugins.module_utils._ipmi import IpmiDriver
+
+pytestmark = pytest.mark.lab
+MODULE = "noderemedy.core.ipmi_power"
+
+
+# ------------------------------------------------------------------------------------ helpers
+def bmc_of(lab, node: str) -> dict:
+    return lab.info["devices"]["bmcs"][node]
+
+
+def power_file(bmc: dict) -> str:
+    """The BMC's own record of the chassis power: '1' on, '0' off."""
+    return Path(bmc["power_file"]).read_text().strip()
+
+
+def ipmitool_status(bmc: dict) -> str:
+    argv = ["ipmitool", "-I", "lanplus", "-H", bmc["host"], "-p", str(bmc["port"]), "-C", str(bmc["cipher"])]
+    argv += ["-U", bmc["username"], "-P", bmc["password"], "chassis", "power", "status"]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def args(bmc: dict, state: str, **extra) -> dict:
+    return {
+        "ipaddr": bmc["host"],
+        "ipport": bmc["port"],
+        "username": bmc["username"],
+        "password": bmc["password"],
+        "cipher": bmc["cipher"],
+        "state": state,
+        "poll_interval": 0.05,
+        **extra,
+    }
+
+
+def probe(bmc: dict, name: str) -> dict:
+    return {"name": name, "ansible.builtin.command": f"cat {bmc['power_file']}", "changed_when": False}
+
+
+def ensure_on(bmc: dict) -> None:
+    IpmiDriver(bmc["host"], bmc["username"], bmc["password"], ipport=bmc["port"]).run("on")
+    assert power_file(bmc) == "1"
+
+
+@pytest.fixture()
+def play(run_playbook, tmp_path):
+    """``run_playbook`` with the JSON callback from ``test_fencing_support``."""
+
+    def _play(tasks: list[dict], **kw):
+        return run_playbook(tasks, **kw)
+
+    return _play
+
+
+@pytest.fixture()
+def bmc0(lab):
+    bmc = bmc_of(lab, "lab-node-0")
+    ensure_on(bmc)
+    yield bmc
+    ensure_on(bmc)
+
+
+# ------------------------------------------------------------------------------------ quartets
+def test_off_quartet_confirmed_by_the_bmc(lab, bmc0, play) -> None:
+    res = play(quartet_tasks(MODULE, args(bmc0, "off"), lambda n: probe(bmc0, n)))
+    assert_quartet(res, ["1", "0", "0"])
+    check1, apply1 = res.task("check1"), res.task("apply1")
+    assert (
+        check1["changed"] is True and check1["power_state"] == "off" and check1["power_state_before"] == "on"
+    )
+    assert check1["fence"]["verified"] is False, "check mode never claims a fence"
+    assert check1["diff"] == {"before": {"power": "on"}, "after": {"power": "off"}}
+    assert res.task("probe1")["stdout"] == "1", "check mode must not touch the BMC"
+    assert apply1["changed"] is True and apply1["power_state"] == "off"
+    assert apply1["verify_seconds"] is not None and apply1["verify_seconds"] >= 0
+    fence = apply1["fence"]
+    assert fence["verified"] is True and fence["method"] == "ipmi" and fence["state"] == "off"
+    assert fence["target"] == f"{bmc0['host']}:{bmc0['port']}" and fence["verified_at"] > 0
+    assert res.task("probe2")["stdout"] == "0"
+    assert res.task("check2")["changed"] is False
+    assert res.task("apply2")["changed"] is False and res.task("apply2")["fence"]["verified"] is True
+    assert res.task("probe3")["stdout"] == "0"
+    assert ipmitool_status(bmc0) == "Chassis Power is off"
+    for name in ("check1", "apply1", "check2", "apply2"):
+        assert_no_secrets(res.task(name), bmc0["password"])
+
+
+def test_on_quartet_confirmed_by_the_bmc(lab, bmc0, play) -> None:
+    IpmiDriver(bmc0["host"], bmc0["username"], bmc0["password"], ipport=bmc0["port"]).run("off")
+    assert power_file(bmc0) == "0"
+    res = play(quartet_tasks(MODULE, args(bmc0, "on"), lambda n: probe(bmc0, n)))
+    assert_quartet(res, ["0", "1", "1"])
+    assert res.task("apply1")["fence"]["verified"] is False and res.task("apply1")["fence"]["state"] == "on"
+    assert ipmitool_status(bmc0) == "Chassis Power is on"
+
+
+def test_reboot_is_off_verified_then_on(lab, bmc0, play) -> None:
+    log = Path(bmc0["power_log"])
+    before = log.read_text().splitlines() if log.exists() else []
+    res = play([{"name": "reboot", MODULE: args(bmc0, "reboot")}])
+    assert res.rc == 0, res.stdout[-3000:]
+    out = res.task("reboot")
+    assert out["changed"] is True and out["power_state_before"] == "on" and out["power_state"] == "on"
+    assert out["fence"]["verified"] is True and out["fence"]["state"] == "off"
+    new = [line.split()[-1] for line in log.read_text().splitlines()[len(before) :] if line.strip()]
+    assert new[-2:] == ["0", "1"], f"power log should end with off then on: {new}"
+    assert power_file(bmc0) == "1"
+
+
+def test_cycle_is_sent_but_never_claimed_as_a_fence(lab, bmc0, play) -> None:
+    log = Path(bmc0["power_log"])
+    before = len(log.read_text().splitlines())
+    res = play([{"name": "cycle", MODULE: args(bmc0, "reboot", method="cycle")}])
+    out = res.task("cycle")
+    assert out["changed"] is True and out["fence"]["verified"] is False
+    assert any("not verified" in w for w in out.get("warnings", []))
+    new = [line.split()[-1] for line in log.read_text().splitlines()[before:] if line.strip()]
+    assert new and new[0] == "0", f"the BMC powered down for the cycle: {new}"
+    # ipmi_sim powers up again on its own after the cycle; wait for it so later tests start from on
+    drv = IpmiDriver(bmc0["host"], bmc0["username"], bmc0["password"], ipport=bmc0["port"])
+    for _ in range(300):
+        if drv.run("status").after == {"chassis": "on"}:
+            break
+        time.sleep(0.1)
+    assert power_file(bmc0) == "1"
+
+
+def test_status_of_an_off_machine_is_evidence(lab, bmc0, play) -> None:
+    IpmiDriver(bmc0["host"], bmc0["username"], bmc0["password"], ipport=bmc0["port"]).run("off")
+    res = play([{"name": "status", MODULE: args(bmc0, "status")}])
+    out = res.task("status")
+    assert out["changed"] is False and out["power_state"] == "off" and out["fence"]["verified"] is True
+    assert power_file(bmc0) == "0"
+
+
+def test_operator_account_can_fence(lab, bmc0) -> None:
+    op = bmc0["operator"]
+    drv = IpmiDriver(bmc0["host"], op["username"], op["password"], ipport=bmc0["port"], privlvl="operator")
+    res = drv.run("off")
+    assert res.after == {"chassis": "off"} and power_file(bmc0) == "0"
+
+
+# ------------------------------------------------------------------------------------ faults
+def test_wrong_password_is_an_auth_error(lab, bmc0, play) -> None:
+    res = play(
+        [{"name": "bad", MODULE: args(bmc0, "off", password="not-the-password"), "ignore_errors": True}]
+    )
+    out = assert_failed_unfenced(res, "bad")
+    assert out["error"] == "auth" and "authentication refused" in out["msg"]
+    assert "not-the-password" not in json.dumps(out)
+    assert power_file(bmc0) == "1"
+
+
+def test_user_privilege_account_is_refused_power_control(lab, bmc0, play) -> None:
+    user = bmc0["user"]
+    bad = args(bmc0, "off", username=user["username"], password=user["password"], privlvl="user")
+    res = play([{"name": "bad", MODULE: bad, "ignore_errors": True}])
+    out = assert_failed_unfenced(res, "bad")
+    assert out["error"] == "privilege" and "insufficient privilege" in out["msg"]
+    assert power_file(bmc0) == "1"
+
+
+def _free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.timeout(120)
+def test_nothing_listening_fails_as_unreachable_within_power_timeout(lab, bmc0, play) -> None:
+    port = _free_udp_port()
+    res = play(
+        [
+            {
+                "name": "bad",
+                MODULE: {**args(bmc0, "off", power_timeout=3), "ipport": port},
+                "ignore_errors": True,
+            }
+        ]
+    )
+    out = assert_failed_unfenced(res, "bad")
+    assert out["error"] == "unreachable"
+    assert "within power_timeout=3s" in out["msg"] or "no answer" in out["msg"]
+
+
+def test_cipher_zero_is_refused_before_any_packet(lab, bmc0, play) -> None:
+    res = play([{"name": "bad", MODULE: args(bmc0, "off", cipher=0), "ignore_errors": True}])
+    out = assert_failed_unfenced(res, "bad")
+    assert out["error"] == "config" and out["msg"].startswith("cipher:")
+    assert power_file(bmc0) == "1"
+
+
+def test_cipher_17_refused_by_this_bmc_is_not_silently_downgraded(lab, bmc0) -> None:
+    # ipmi_sim refuses suites 15-17 (lab pitfall 1); pyghmi would fall back to suite 3 on its own
+    drv = IpmiDriver(bmc0["host"], bmc0["username"], bmc0["password"], ipport=bmc0["port"], cipher=17)
+    with pytest.raises(Exception) as err:
+        drv.run("off")
+    assert getattr(err.value, "category", None) == "rejected"
+    assert power_file(bmc0) == "1"
+
+
+# ------------------------------------------------------------------------------------ sessions
+def test_many_sessions_in_one_process_do_not_hang_or_leak(lab) -> None:
+    """Pitfalls 5/6: str credentials hang pyghmi's cache; leaked sessions exhaust the BMC (~60)."""
+    bmc = bmc_of(lab, "lab-node-1")
+    op = bmc["operator"]
+    for i in range(90):
+        if i % 2:
+            drv = IpmiDriver(
+                bmc["host"], op["username"], op["password"], ipport=bmc["port"], privlvl="operator"
+            )
+        else:
+            drv = IpmiDriver(bmc["host"], bmc["username"], bmc["password"], ipport=bmc["port"])
+        assert drv.run("status").after == {"chassis": "on"}
+    # a fresh client still gets a session: nothing leaked
+    assert ipmitool_status(bmc) == "Chassis Power is on"
+
+
+def test_library_errors_are_classified(lab, bmc0) -> None:
+    with pytest.raises(AuthError):
+        IpmiDriver(bmc0["host"], "nobody", "whatever", ipport=bmc0["port"]).run("status")
+    user = bmc0["user"]
+    with pytest.raises(PrivilegeError):
+        IpmiDriver(bmc0["host"], user["username"], user["password"], ipport=bmc0["port"], privlvl="user").run(
+            "off"
+        )
+    assert power_file(bmc0) == "1"
+
+
+def test_credentials_from_the_environment(lab, bmc0, play) -> None:
+    task = {k: v for k, v in args(bmc0, "status").items() if k not in ("username", "password")}
+    env = {"NODEREMEDY_IPMI_USERNAME": bmc0["username"], "NODEREMEDY_IPMI_PASSWORD": bmc0["password"]}
+    res = play([{"name": "status", MODULE: task, "environment": env}])
+    out = res.task("status")
+    assert out.get("failed") is not True, out
+    assert out["power_state"] == "on"
+    assert_no_secrets(out, bmc0["password"])

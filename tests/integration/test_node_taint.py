@@ -1,0 +1,263 @@
+"""noderemedy.core.node_taint against the lab: the out-of-service taint (KEP-2268) on a node powered
+off through its real BMC releases its pods through the real kube-controller-manager, and a
+StatefulSet pod comes back Running on another node; the guard refuses a Ready node or missing,
+unverified or stale fence evidence.
+
+Nodes used: lab-node-1 (powered off, then on again), lab-node-0 (Ready refusals), lab-node-2 (the
+StatefulSet's other allowed node). Teardown removes the taint and powers the node on.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.lab, pytest.mark.kube]
+
+DEAD = "lab-node-1"
+OTHER = "lab-node-2"
+READY = "lab-node-0"
+OOS = {"key": "node.kubernetes.io/out-of-service", "value": "nodeshutdown", "effect": "NoExecute"}
+
+
+def wait_for(predicate, timeout: float, what: str, interval: float = 0.5):
+    """Poll ``predicate`` until truthy; AssertionError naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}; last: {last!r}")
+
+
+def kjson(lab, *args) -> dict:
+    out = lab.kubectl(*args, "-o", "json")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def apply(lab, tmp: Path, *docs: dict) -> None:
+    path = tmp / f"m-{uuid.uuid4().hex[:6]}.json"
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": list(docs)}))
+    out = lab.kubectl("apply", "-f", str(path))
+    assert out.returncode == 0, out.stderr
+
+
+def taints(lab, node: str) -> list[dict]:
+    return kjson(lab, "get", "node", node)["spec"].get("taints") or []
+
+
+def fence_task(lab, node: str) -> dict:
+    """Power ``node`` off through its real BMC with noderemedy.core.ipmi_power (verified by read-back)."""
+    bmc = lab.info["devices"]["bmcs"][node]
+    return {
+        "name": "fence",
+        "noderemedy.core.ipmi_power": {
+            "ipaddr": bmc["host"],
+            "ipport": bmc["port"],
+            "username": bmc["username"],
+            "password": bmc["password"],
+            "cipher": bmc["cipher"],
+            "state": "off",
+        },
+        "ignore_errors": True,
+    }
+
+
+def taint_task(name: str, node: str, kubeconfig, **opts) -> dict:
+    return {
+        "name": name,
+        "noderemedy.core.node_taint": {"name": node, "kubeconfig": str(kubeconfig), **opts},
+        "ignore_errors": True,
+    }
+
+
+@pytest.fixture
+def play(run_playbook):
+    """The shared ``run_playbook`` (tests/conftest.py)."""
+    return run_playbook
+
+
+@pytest.fixture
+def namespace(lab_kube):
+    name = f"oos-{uuid.uuid4().hex[:8]}"
+    assert lab_kube.kubectl("create", "namespace", name).returncode == 0
+    yield name
+    # wait, so that no pod of this test is left on a node for the next one
+    lab_kube.kubectl("delete", "namespace", name, "--timeout=90s")
+
+
+@pytest.fixture
+def dead_node(lab_kube):
+    """lab-node-1 to be powered off; afterwards the taint is removed and the node is powered on, Ready."""
+    yield DEAD
+    lab_kube.kubectl("taint", "node", DEAD, f"{OOS['key']}-")
+    lab_kube.power_on(DEAD)
+    lab_kube.wait_nodes([DEAD], "True", 120)
+
+
+def test_out_of_service_on_a_fenced_node_releases_its_pods(lab_kube, namespace, dead_node, play, tmp_path):
+    ns, kc = namespace, lab_kube.kubeconfig
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {"key": "kubernetes.io/hostname", "operator": "In", "values": [DEAD, OTHER]}
+                        ]
+                    }
+                ]
+            },
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 100,
+                    "preference": {
+                        "matchExpressions": [
+                            {"key": "kubernetes.io/hostname", "operator": "In", "values": [DEAD]}
+                        ]
+                    },
+                }
+            ],
+        }
+    }
+    apply(
+        lab_kube,
+        tmp_path,
+        {
+            "apiVersion": "apps/v1",
+            "kind": "StatefulSet",
+            "metadata": {"name": "db", "namespace": ns},
+            "spec": {
+                "replicas": 1,
+                "serviceName": "db",
+                "selector": {"matchLabels": {"app": "db"}},
+                "template": {
+                    "metadata": {"labels": {"app": "db"}},
+                    "spec": {
+                        "affinity": affinity,
+                        "containers": [{"name": "db", "image": "registry.invalid/db:1"}],
+                    },
+                },
+            },
+        },
+    )
+
+    def db0():
+        doc = kjson(lab_kube, "get", "pods", "-n", ns, "-l", "app=db")["items"]
+        return doc[0] if doc else None
+
+    first = wait_for(lambda: (p := db0()) and p["status"].get("phase") == "Running" and p, 90, "db-0 Running")
+    assert first["spec"]["nodeName"] == DEAD, "the scheduler did not honour the preferred node"
+
+    # a Ready node is refused, even with evidence
+    fenced = play([fence_task(lab_kube, DEAD)]).task("fence")
+    assert not fenced.get("failed"), fenced
+    evidence = fenced["fence"]
+    assert evidence["verified"] is True and evidence["state"] == "off", evidence
+    res = play([taint_task("oos", READY, kc, taints=[OOS], fence_evidence=evidence)]).task("oos")
+    assert res["failed"] and res["reason"] == "conflict", res
+    assert f"node {READY}: Ready is True" in res["msg"]
+    assert not any(t["key"] == OOS["key"] for t in taints(lab_kube, READY))
+
+    lab_kube.wait_nodes([DEAD], {"False", "Unknown"}, 120)
+
+    # NotReady but no / unverified / stale evidence: refused
+    stale = {**evidence, "verified_at": evidence["verified_at"] - 900}
+    run = play(
+        [
+            taint_task("no evidence", DEAD, kc, taints=[OOS]),
+            taint_task("unverified", DEAD, kc, taints=[OOS], fence_evidence={**evidence, "verified": False}),
+            taint_task("stale", DEAD, kc, taints=[OOS], fence_evidence=stale, fence_max_age=300),
+        ]
+    )
+    assert run.task("no evidence")["msg"].startswith("fence_evidence:")
+    assert run.task("unverified")["msg"].startswith("fence_evidence.verified:")
+    assert run.task("stale")["msg"].startswith("fence_evidence.verified_at:")
+    assert not any(t["key"] == OOS["key"] for t in taints(lab_kube, DEAD))
+
+    # check mode predicts the change and does nothing
+    check = play(
+        [taint_task("oos", DEAD, kc, taints=[OOS], fence_evidence=evidence, wait=True)], check=True
+    ).task("oos")
+    assert not check.get("failed"), check
+    assert check["changed"] is True and "waited" not in check
+    assert not any(t["key"] == OOS["key"] for t in taints(lab_kube, DEAD))
+
+    # the real thing: taint, then the controller-manager releases the pods
+    res = play(
+        [taint_task("oos", DEAD, kc, taints=[OOS], fence_evidence=evidence, wait=True, wait_timeout=240)]
+    ).task("oos")
+    assert not res.get("failed"), res
+    assert res["changed"] is True
+    assert res["fence"]["method"] == "ipmi" and res["fence"]["verified"] is True
+    assert f"{ns}/db-0" in res["waited"]["pods"]
+    assert res["waited"]["volume_attachments"] == []
+    oos = [t for t in taints(lab_kube, DEAD) if t["key"] == OOS["key"]]
+    assert oos and oos[0]["effect"] == "NoExecute" and oos[0]["value"] == "nodeshutdown"
+    assert not kjson(lab_kube, "get", "pods", "-A", "--field-selector", f"spec.nodeName={DEAD}")["items"]
+
+    # the StatefulSet controller recreates db-0, and it runs on the other node
+    second = wait_for(
+        lambda: (
+            (p := db0())
+            and p["metadata"]["uid"] != first["metadata"]["uid"]
+            and p["status"].get("phase") == "Running"
+            and p
+        ),
+        120,
+        "db-0 Running again",
+    )
+    assert second["spec"]["nodeName"] == OTHER
+
+    # idempotent, and removal needs no evidence
+    run = play(
+        [
+            taint_task("again", DEAD, kc, taints=[OOS], fence_evidence=evidence),
+            taint_task("remove", DEAD, kc, state="absent", taints=[{"key": OOS["key"]}]),
+        ]
+    )
+    assert run.task("again")["changed"] is False
+    assert run.task("remove")["changed"] is True
+    assert not any(t["key"] == OOS["key"] for t in taints(lab_kube, DEAD))
+
+
+def test_plain_taints_add_and_remove_idempotently(lab_kube, play):
+    kc = lab_kube.kubeconfig
+    t = {"key": "noderemedy.io/test", "value": "x", "effect": "NoSchedule"}
+    try:
+        run = play(
+            [
+                taint_task("add", READY, kc, taints=[t]),
+                taint_task("add again", READY, kc, taints=[t]),
+                taint_task("change", READY, kc, taints=[{**t, "value": "y"}]),
+                taint_task("remove", READY, kc, state="absent", taints=[{"key": t["key"]}]),
+                taint_task("remove again", READY, kc, state="absent", taints=[{"key": t["key"]}]),
+            ]
+        )
+        assert run.task("add")["changed"] is True
+        assert run.task("add")["added"] == [t]
+        assert run.task("add again")["changed"] is False
+        change = run.task("change")
+        assert (
+            change["changed"] is True
+            and change["removed"] == [t]
+            and change["added"] == [{**t, "value": "y"}]
+        )
+        assert run.task("remove")["changed"] is True
+        assert run.task("remove again")["changed"] is False
+        assert not any(x["key"] == t["key"] for x in taints(lab_kube, READY))
+    finally:
+        lab_kube.kubectl("taint", "node", READY, f"{t['key']}-")
+
+
+def test_taint_on_missing_node(lab_kube, play):
+    res = play([taint_task("t", "no-such-node", lab_kube.kubeconfig, taints=[OOS])]).task("t")
+    assert res["failed"] and res["reason"] == "not_found"
+    assert res["msg"] == "node 'no-such-node' not found"

@@ -1,0 +1,340 @@
+"""Fencing configuration and mapping logic with no network: IPMI/SNMP option validation, PDU
+profile detection and OIDs, Cisco MDS port mapping, error classification, and the argspecs
+against their doc fragments and module docs (1:1)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ansible_collections.noderemedy.core.plugins.module_utils import (
+    _fc_switch,
+    _fence,
+    _ipmi,
+    _pdu,
+    _snmp,
+)
+from ansible_collections.noderemedy.core.plugins.module_utils._fence import (
+    AuthError,
+    FenceConfigError,
+    PrivilegeError,
+    RejectedError,
+    UnreachableError,
+)
+
+ROOT = Path(__file__).resolve().parents[4]
+
+IPMI_OK = {"ipaddr": "127.0.0.1", "username": "admin", "password": "s3cret"}
+
+
+@pytest.mark.parametrize(
+    ("override", "field"),
+    [
+        ({"cipher": 0}, "cipher"),
+        ({"cipher": 1}, "cipher"),
+        ({"cipher": 8}, "cipher"),
+        ({"password": ""}, "password"),
+        ({"username": ""}, "username"),
+        ({"ipaddr": ""}, "ipaddr"),
+        ({"ipport": 0}, "ipport"),
+        ({"privlvl": "root"}, "privlvl"),
+    ],
+)
+def test_ipmi_bad_input_names_the_field(override: dict, field: str) -> None:
+    with pytest.raises(FenceConfigError, match=f"^{field}:") as err:
+        _ipmi.IpmiDriver(**{**IPMI_OK, **override})
+    assert "s3cret" not in str(err.value)
+
+
+def test_ipmi_cipher_zero_message_says_why() -> None:
+    with pytest.raises(FenceConfigError, match="no authentication"):
+        _ipmi.IpmiDriver(**{**IPMI_OK, "cipher": 0})
+
+
+def test_ipmi_driver_keeps_credentials_as_bytes_and_out_of_evidence() -> None:
+    drv = _ipmi.IpmiDriver(**IPMI_OK, ipport=24100)
+    assert isinstance(drv._username, bytes) and isinstance(drv._password, bytes)  # pitfall 6
+    evidence = drv.evidence(None)
+    assert evidence["target"] == "127.0.0.1:24100" and evidence["plugs"] == ["chassis"]
+    assert "s3cret" not in repr(evidence) and "admin" not in repr(evidence)
+
+
+@pytest.mark.parametrize(
+    ("text", "cls"),
+    [
+        ("Incorrect password provided", AuthError),
+        ("Unauthorized name in RAKP2", AuthError),
+        ("Invalid RAKP4 integrity code (wrong Kg?)", AuthError),
+        ("Unauthorized role or privilege level requested in RAKP2", PrivilegeError),
+        (
+            "Insufficient resources to create new session (wait for existing sessions to timeout)",
+            UnreachableError,
+        ),
+        ("Invalid authentication algorithm", RejectedError),
+        ("No Cipher suite match with proposed security algorithms", RejectedError),
+        ("None", UnreachableError),
+        ("Session no longer connected", UnreachableError),
+    ],
+)
+def test_ipmi_login_errors_are_classified(text: str, cls: type) -> None:
+    err = _ipmi.classify_login_error(text, "127.0.0.1:623")
+    assert type(err) is cls
+    assert str(err).startswith("127.0.0.1:623: ")
+
+
+def test_ipmi_cipher_table_matches_pyghmi_hash_ids() -> None:
+    # pyghmi session.py: attemptedhash 1 -> SHA-1 (suite 3), 256 -> SHA-256 (suite 17)
+    assert _ipmi.CIPHER_SUITES == {3: 1, 17: 256}
+    assert _ipmi.CHASSIS_CONTROL == {"off": 0, "on": 1, "cycle": 2}  # IPMI v2.0 table 28-4
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"snmp_version": "2c"}, "community"),
+        ({"snmp_version": "1", "community": ""}, "community"),
+        ({"snmp_version": "3"}, "username"),
+        ({"snmp_version": "3", "username": "fence", "password": "short"}, "password"),
+        (
+            {
+                "snmp_version": "3",
+                "username": "fence",
+                "password": "authkey123",
+                "snmp_sec_level": "authPriv",
+            },
+            "snmp_priv_passwd",
+        ),
+        (
+            {"snmp_version": "3", "username": "fence", "password": "authkey123", "snmp_auth_prot": "SHA1"},
+            "snmp_auth_prot",
+        ),
+        (
+            {
+                "snmp_version": "3",
+                "username": "u",
+                "password": "authkey123",
+                "snmp_priv_passwd": "privkey123",
+                "snmp_priv_prot": "BLOWFISH",
+            },
+            "snmp_priv_prot",
+        ),
+        ({"snmp_version": "4", "community": "c"}, "snmp_version"),
+        ({"community": "c", "snmp_timeout": 0}, "snmp_timeout"),
+        ({"community": "c", "snmp_retries": -1}, "snmp_retries"),
+        ({"community": "c", "ipport": 70000}, "ipport"),
+    ],
+)
+def test_snmp_bad_input_names_the_field(kwargs: dict, field: str) -> None:
+    with pytest.raises(FenceConfigError, match=f"^{field}:") as err:
+        _snmp.SnmpClient("127.0.0.1", **kwargs)
+    for secret in ("authkey123", "privkey123"):
+        assert secret not in str(err.value)
+
+
+def test_snmp_v3_security_level_defaults_from_the_keys() -> None:
+    priv = _snmp.SnmpClient(
+        "h", snmp_version="3", username="u", password="authkey123", snmp_priv_passwd="privkey123"
+    )
+    auth = _snmp.SnmpClient("h", snmp_version="3", username="u", password="authkey123")
+    none = _snmp.SnmpClient("h", snmp_version="3", username="u")
+    assert priv._auth.security_level == "authPriv"
+    assert auth._auth.security_level == "authNoPriv"
+    assert none._auth.security_level == "noAuthNoPriv"
+
+
+@pytest.mark.parametrize(
+    ("oid", "norm"), [(".1.3.6.1", "1.3.6.1"), ("1.3.6.1.2.1.1.2.0", "1.3.6.1.2.1.1.2.0")]
+)
+def test_normalize_oid(oid: str, norm: str) -> None:
+    assert _snmp.normalize_oid(oid) == norm
+
+
+@pytest.mark.parametrize("bad", ["", ".", "1.3.x", "SNMPv2-MIB::sysObjectID.0"])
+def test_normalize_oid_rejects_names(bad: str) -> None:
+    with pytest.raises(FenceConfigError):
+        _snmp.normalize_oid(bad)
+
+
+@pytest.mark.parametrize(
+    ("sys_oid", "profile"),
+    [
+        (".1.3.6.1.4.1.318.1.3.4.5", "apc_rpdu"),
+        ("1.3.6.1.4.1.318.1.3.4.6", "apc_ms6"),
+        ("1.3.6.1.4.1.318.1.3.4.2", "apc_ms"),  # unknown APC -> fence_apc_snmp's ApcMS fallback
+        ("1.3.6.1.4.1.534.6.6.6", "eaton_managed"),
+        ("1.3.6.1.4.1.20677.1", "eaton_switched"),
+        ("1.3.6.1.4.1.20677.2", "eaton_switched"),
+    ],
+)
+def test_detect_profile_like_fence_agents(sys_oid: str, profile: str) -> None:
+    assert _pdu.detect_profile(sys_oid).name == profile
+
+
+def test_detect_profile_unknown_vendor_is_none() -> None:
+    assert _pdu.detect_profile("1.3.6.1.4.1.9.1.1") is None
+
+
+def test_profile_oids_are_fence_agents_oids() -> None:
+    rpdu = _pdu.PROFILES["apc_rpdu"]
+    assert rpdu.status_oid.format(n=3) == "1.3.6.1.4.1.318.1.1.12.3.5.1.1.4.3"
+    assert rpdu.control_oid.format(n=3) == "1.3.6.1.4.1.318.1.1.12.3.3.1.1.4.3"
+    assert (rpdu.state_on, rpdu.state_off, rpdu.turn_on, rpdu.turn_off) == (1, 2, 1, 2)
+    eaton = _pdu.PROFILES["eaton_managed"]
+    assert (eaton.state_on, eaton.state_off, eaton.index_offset) == (1, 0, -1)
+    sw = _pdu.PROFILES["eaton_switched"]
+    assert sw.control_oid.format(n=2 + sw.control_offset) == "1.3.6.1.4.1.20677.2.6.2.3.0"
+
+
+def test_generic_profile_builds_templates_and_defaults() -> None:
+    prof = _pdu.generic_profile(".1.3.6.1.4.1.99.1.3", None, None, 1, 0)
+    assert prof.status_oid.format(n=7) == "1.3.6.1.4.1.99.1.3.7"
+    assert prof.control_oid == prof.status_oid
+    assert (prof.turn_on, prof.turn_off) == (1, 0)
+    templ = _pdu.generic_profile(
+        "1.3.6.1.4.1.99.{n}.0", "1.3.6.1.4.1.99.2.{n}", "1.3.6.1.4.1.99.9", 1, 2, 5, 6
+    )
+    assert templ.status_oid.format(n=4) == "1.3.6.1.4.1.99.4.0"
+    assert (templ.turn_on, templ.turn_off, templ.names_oid) == (5, 6, "1.3.6.1.4.1.99.9")
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        ((None, None), "status_oid"),
+        (("ifTable", None), "status_oid"),
+        (("1.3.6.1", "x.y"), "control_oid"),
+        (("1.3.6.1", None, "names"), "names_oid"),
+        (("1.3.6.1", None, None, 1, 1), "status_on / status_off"),
+        (("1.3.6.1", None, None, 1, 2, 3, 3), "control_on / control_off"),
+    ],
+)
+def test_generic_profile_bad_input_names_the_field(args: tuple, field: str) -> None:
+    with pytest.raises(FenceConfigError, match=f"^{field}"):
+        _pdu.generic_profile(*args)
+
+
+@pytest.mark.parametrize(("port", "index"), [("fc1/1", "22.0"), ("fc1/3", "22.2"), ("FC2/10", "23.9")])
+def test_cisco_port_index_as_fence_cisco_mds(port: str, index: str) -> None:
+    assert _fc_switch.cisco_port_index(port) == index
+
+
+@pytest.mark.parametrize("port", ["fc1", "eth1/1", "fc1/0", "1/3"])
+def test_cisco_port_index_rejects_mangled_names(port: str) -> None:
+    with pytest.raises(FenceConfigError, match="^plug:"):
+        _fc_switch.cisco_port_index(port)
+
+
+def test_fc_driver_unknown_profile_names_the_field() -> None:
+    client = _snmp.SnmpClient("127.0.0.1", community="c")
+    with pytest.raises(FenceConfigError, match="^profile:"):
+        _fc_switch.FcSwitchDriver(client, ["1"], profile="brocade")
+
+
+# -- argspecs vs documentation ---------------------------------------------------------------------
+
+
+def _fragment(name: str) -> dict:
+    path = ROOT / "plugins" / "doc_fragments" / f"{name}.py"
+    ns: dict = {}
+    exec(compile(path.read_text(), str(path), "exec"), ns)  # noqa: S102 - our own file
+    return yaml.safe_load(ns["ModuleDocFragment"].DOCUMENTATION)["options"]
+
+
+def _module_doc(name: str) -> dict:
+    path = ROOT / "plugins" / "modules" / f"{name}.py"
+    ns: dict = {}
+    source = path.read_text()
+    start = source.index("DOCUMENTATION")
+    exec(source[start : source.index("\nimport ")], ns)  # noqa: S102 - docs only
+    return {k: yaml.safe_load(ns[k]) for k in ("DOCUMENTATION", "EXAMPLES", "RETURN")}
+
+
+def _same(spec: dict, doc: dict, name: str) -> None:
+    assert spec.get("type", "str") == doc.get("type", "str"), name
+    assert bool(spec.get("required")) == bool(doc.get("required")), name
+    if "default" in spec:
+        assert doc.get("default") == spec["default"], name
+    else:
+        assert "default" not in doc, name
+    assert sorted(map(str, spec.get("choices", []))) == sorted(map(str, doc.get("choices", []))), name
+    assert sorted(spec.get("aliases", [])) == sorted(doc.get("aliases", [])), name
+
+
+@pytest.mark.parametrize(
+    ("fragment", "spec"),
+    [("fence", _fence.FENCE_ARG_SPEC), ("ipmi", _ipmi.IPMI_ARG_SPEC), ("snmp", _snmp.SNMP_ARG_SPEC)],
+)
+def test_doc_fragment_is_one_to_one_with_its_argspec(fragment: str, spec: dict) -> None:
+    doc = _fragment(fragment)
+    assert sorted(doc) == sorted(spec)
+    for name, opt in spec.items():
+        _same(opt, doc[name], name)
+
+
+@pytest.mark.parametrize(
+    ("fragment", "spec"),
+    [("ipmi", _ipmi.IPMI_ARG_SPEC), ("snmp", _snmp.SNMP_ARG_SPEC)],
+)
+def test_no_log_only_on_secrets(fragment: str, spec: dict) -> None:
+    secrets = {"password", "community", "snmp_priv_passwd"}
+    assert {k for k, v in spec.items() if v.get("no_log")} == secrets & set(spec)
+    assert "no_log" not in spec["username"]
+    for name in secrets & set(spec):
+        assert spec[name].get("fallback"), f"{name}: credentials take an environment fallback"
+
+
+@pytest.mark.parametrize(
+    ("module", "fragments", "extra"),
+    [
+        ("ipmi_power", ["ipmi", "fence"], "ipmi_power"),
+        ("pdu_outlet", ["snmp", "fence"], "pdu_outlet"),
+        ("fc_port", ["snmp", "fence"], "fc_port"),
+    ],
+)
+def test_module_docs_match_argspec(module: str, fragments: list[str], extra: str) -> None:
+    import importlib
+
+    mod = importlib.import_module(f"ansible_collections.noderemedy.core.plugins.modules.{module}")
+    docs = _module_doc(module)
+    doc = docs["DOCUMENTATION"]
+    assert doc["module"] == module
+    for frag in fragments:
+        assert f"noderemedy.core.{frag}" in doc["extends_documentation_fragment"]
+    assert "ansible.builtin.action_common_attributes" in doc["extends_documentation_fragment"]
+    assert set(doc["attributes"]) >= {"check_mode", "diff_mode", "platform"}
+    assert sorted(doc["options"]) == sorted(mod.MODULE_ARG_SPEC)
+    for name, opt in mod.MODULE_ARG_SPEC.items():
+        _same(opt, doc["options"][name], name)
+    assert {"fence", "error"} <= set(docs["RETURN"])
+    assert set(docs["RETURN"]["fence"]["contains"]) == {
+        "verified",
+        "method",
+        "target",
+        "plugs",
+        "state",
+        "verified_at",
+    }
+
+
+def test_runtime_yml_groups_the_fencing_modules() -> None:
+    runtime = yaml.safe_load((ROOT / "meta" / "runtime.yml").read_text())
+    assert runtime["requires_ansible"]
+    assert set(runtime["action_groups"]["fencing"]) >= {"ipmi_power", "pdu_outlet", "fc_port"}
+
+
+def test_snmp_engines_are_shared_per_credential_set_only() -> None:
+    a = _snmp.SnmpClient("127.0.0.1", community="alpha-community")
+    b = _snmp.SnmpClient("127.0.0.2", 1161, community="alpha-community")
+    c = _snmp.SnmpClient("127.0.0.1", community="other-community")
+    v3a = _snmp.SnmpClient(
+        "h", snmp_version="3", username="u", password="authkey123", snmp_priv_passwd="privkey123"
+    )
+    v3b = _snmp.SnmpClient(
+        "h", snmp_version="3", username="u", password="authkey123", snmp_priv_passwd="privkey124"
+    )
+    assert a._key == b._key, "same credentials, other agent: one engine"
+    assert len({a._key, c._key, v3a._key, v3b._key}) == 4, "other credentials: other engine"
+    for client, secret in ((a, "alpha-community"), (v3a, "privkey123")):
+        assert secret not in client._key

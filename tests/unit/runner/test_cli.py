@@ -1,0 +1,116 @@
+"""The noderemedy-runner command line: help a newcomer understands, bad flags and bad
+Configurations refused with the flag or field named (exit 2), --check-config without a cluster."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from noderemedy_runner.cli import build_parser, main
+
+
+def test_help_explains_what_it_does(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as ex:
+        main(["--help"])
+    assert ex.value.code == 0
+    out = capsys.readouterr().out
+    for needle in (
+        "Fence and remediate failed Kubernetes nodes",
+        "NodeFence named after the node",
+        "storm guard",
+        "--kubeconfig",
+        "--config",
+        "--metrics-addr",
+        "--max-concurrent-runs",
+        "--leader-elect",
+        "--dry-run",
+        "act on nothing",
+        "examples:",
+        "--check-config",
+        "docs/operations.md",
+    ):
+        assert needle in out, needle
+
+
+def test_installed_entry_point() -> None:
+    exe = shutil.which("noderemedy-runner") or str(
+        Path(__file__).resolve().parents[3] / ".venv/bin/noderemedy-runner"
+    )
+    out = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.startswith("usage: noderemedy-runner")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--max-concurrent-runs", "0"], "--max-concurrent-runs: 0 must be at least 1"),
+        (["--max-concurrent-runs", "many"], "argument --max-concurrent-runs: invalid int value: 'many'"),
+        (["--metrics-addr", "8080"], "--metrics-addr '8080': expected host:port"),
+        (["--run-deadline", "-1"], "--run-deadline: -1.0 must be positive"),
+        (["--frobnicate"], "unrecognized arguments: --frobnicate"),
+        (["--log-level", "loud"], "argument --log-level: invalid choice: 'loud'"),
+    ],
+)
+def test_bad_flags(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as ex:
+        main(argv)
+    assert ex.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_check_config_good(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "remedy.yaml"
+    f.write_text(
+        "apiVersion: node-remedy/v1alpha\nkind: Configuration\nmetadata: {name: workers}\nnodeSelector: type=compute\n"
+        "thresholdConfigs:\n- {nodeConditionType: Ready, nodeConditionStatus: [False, Unknown], nodeConditionPeriod: 40s}\n"
+        "stormGuard: {maxUnhealthy: 40%, cooldown: 2m}\n"
+    )
+    assert main(["--config", str(f), "--check-config", "--metrics-addr", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "Configuration workers" in out
+    assert "unhealthy when Ready in {False,Unknown} for 40s -> fence" in out
+    assert "storm guard: maxUnhealthy=40%, cooldown 120s" in out
+
+
+def test_check_config_bad(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "remedy.yaml"
+    f.write_text("apiVersion: node-remedy/v1alpha\nkind: Configuration\nstormGuard: {maxUnhealthy: 140%}\n")
+    assert main(["--config", str(f), "--check-config"]) == 2
+    err = capsys.readouterr().err
+    assert "stormGuard.maxUnhealthy: '140%' is over 100%" in err and str(f) in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["--leader-elect-lease-duration", "5"],
+            "--leader-elect-lease-duration: 5 must exceed --leader-elect-renew-deadline (10)",
+        ),
+        (
+            ["--leader-elect-renew-deadline", "2"],
+            "--leader-elect-renew-deadline: 2 must exceed 1.2 x --leader-elect-retry-period (2)",
+        ),
+        (["--leader-elect-retry-period", "0"], "--leader-elect-retry-period: 0 must be at least 1"),
+    ],
+)
+def test_leader_election_timings_refused(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as ex:
+        main(["--leader-elect", *argv])
+    assert ex.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_defaults() -> None:
+    args = build_parser().parse_args([])
+    assert (args.max_concurrent_runs, args.leader_elect, args.dry_run, args.metrics_addr) == (
+        4,
+        False,
+        False,
+        ":8080",
+    )

@@ -1,0 +1,210 @@
+"""The remedy Configuration parser: the seed's own example parses, defaults are as documented,
+and every malformed field is refused with an error naming it."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from noderemedy_runner.config import (
+    ConfigError,
+    IntOrPercent,
+    Remedy,
+    default_configuration,
+    parse_configmap,
+    parse_configurations,
+    parse_selector_string,
+)
+
+#: The node remedy seed's example (February 2018), verbatim apart from indentation.
+SEED = """
+apiVersion: node-remedy/v1alpha
+kind: Configuration
+nodeSelector: type=compute
+thresholdConfigs:
+- nodeConditionType: Ready
+  nodeConditionStatus: false
+  nodeConditionPeriod: 5s
+  remedy1:
+   - name: repair
+   - period: 3m
+  remedy2:
+   - name: terminate
+   - clean-resourece: true
+  recovery:
+   - name: recovery
+- nodeConditionType: DiskPressure
+  nodeConditionStatus: true
+  nodeConditionPeriod: 10m
+  remedy1:
+   - name: storage-fence
+   - clean-resourece: true
+  recovery:
+   - name: recovery
+remedyConfigs:
+- name: repair
+  podTemplate:
+   spec:
+    containers:
+    - name: repair
+      image: IMAGE:VERSION
+"""
+
+
+def one(text: str):
+    return parse_configurations(textwrap.dedent(text), "test.yaml").configurations[0]
+
+
+def test_seed_example_parses() -> None:
+    cs = parse_configurations(SEED, "seed.yaml")
+    cfg = cs.configurations[0]
+    assert cfg.name == "configuration-0"
+    assert cfg.selects({"type": "compute"}) and not cfg.selects({"type": "storage"})
+    ready, disk = cfg.thresholds
+    assert (ready.condition_type, ready.statuses, ready.period) == ("Ready", frozenset({"False"}), 5.0)
+    assert ready.remedies == ((Remedy("repair", 180.0),), (Remedy("terminate", None, True),))
+    assert ready.recovery == (Remedy("recovery"),)
+    assert (disk.condition_type, disk.statuses, disk.period) == ("DiskPressure", frozenset({"True"}), 600.0)
+    assert any("remedyConfigs (repair) are not run" in w for w in cs.warnings)
+
+
+def test_defaults_are_documented_ones() -> None:
+    cfg = default_configuration().configurations[0]
+    assert cfg.node_selector is None
+    (th,) = cfg.thresholds
+    assert (th.condition_type, th.statuses, th.period) == ("Ready", frozenset({"False", "Unknown"}), 300.0)
+    assert cfg.storm_guard.min_healthy == IntOrPercent(51, True)
+    assert cfg.storm_guard.cooldown == 300.0 and cfg.storm_guard.enabled
+
+
+def test_storm_guard_forms() -> None:
+    base = "apiVersion: remediation.noderemedy.io/v1alpha1\nkind: Configuration\n"
+    assert one(
+        base + "stormGuard: {maxUnhealthy: 40%, cooldown: 1m}"
+    ).storm_guard.max_unhealthy == IntOrPercent(40, True)
+    assert one(base + "stormGuard: {maxUnhealthy: 2}").storm_guard.max_unhealthy == IntOrPercent(2)
+    assert one(base + "stormGuard: {minHealthy: '3'}").storm_guard.min_healthy == IntOrPercent(3)
+    assert one(base + 'stormGuard: {unhealthyRange: "[1-3]"}').storm_guard.unhealthy_range == (1, 3)
+    assert one(base + "stormGuard: {maxUnhealthy: 40%, cooldown: 1m}").storm_guard.cooldown == 60.0
+    assert not one(base + "stormGuard: {enabled: false}").storm_guard.enabled
+
+
+def test_statuses_list_and_integer_period() -> None:
+    cfg = one(
+        """
+        apiVersion: node-remedy/v1alpha
+        kind: Configuration
+        metadata: {name: workers}
+        nodeSelector: {matchLabels: {role: worker}}
+        thresholdConfigs:
+        - {nodeConditionType: Ready, nodeConditionStatus: [False, unknown], nodeConditionPeriod: 30}
+        """
+    )
+    assert cfg.name == "workers"
+    assert cfg.thresholds[0].statuses == frozenset({"False", "Unknown"})
+    assert cfg.thresholds[0].period == 30.0
+    assert cfg.thresholds[0].remedies == ((Remedy("fence"),),)
+
+
+def test_selector_string_syntax() -> None:
+    sel = parse_selector_string("type=compute,zone in (a, b),!excluded,env!=dev,gpu", "t")
+    assert sel.matches({"type": "compute", "zone": "a", "gpu": "1"})
+    assert not sel.matches({"type": "compute", "zone": "c", "gpu": "1"})
+    assert not sel.matches({"type": "compute", "zone": "a", "gpu": "1", "excluded": ""})
+    assert not sel.matches({"type": "compute", "zone": "a", "gpu": "1", "env": "dev"})
+    assert not sel.matches({"type": "compute", "zone": "a"})
+
+
+def test_configmap_and_multiple_documents_first_match_wins() -> None:
+    doc = (
+        "apiVersion: node-remedy/v1alpha\nkind: Configuration\nmetadata: {name: gpu}\nnodeSelector: gpu=true\n"
+        "---\napiVersion: node-remedy/v1alpha\nkind: Configuration\nmetadata: {name: rest}\n"
+    )
+    cs = parse_configmap(
+        {"metadata": {"namespace": "ns", "name": "cm"}, "data": {"remedy.yaml": doc, "other": "x"}}
+    )
+    assert [c.name for c in cs.configurations] == ["gpu", "rest"]
+    assert cs.for_node({"gpu": "true"}).name == "gpu"  # type: ignore[union-attr]
+    assert cs.for_node({}).name == "rest"  # type: ignore[union-attr]
+
+
+HEAD = "apiVersion: node-remedy/v1alpha\nkind: Configuration\nmetadata: {name: w}\n"
+
+
+@pytest.mark.parametrize(
+    ("body", "names"),
+    [
+        (
+            "thresholdConfigs:\n- {nodeConditionType: Ready, nodeConditionStatus: false, nodeConditionPeriod: soon}",
+            "thresholdConfigs[0].nodeConditionPeriod",
+        ),
+        (
+            "thresholdConfigs:\n- {nodeConditionType: Ready, nodeConditionStatus: maybe, nodeConditionPeriod: 5s}",
+            "thresholdConfigs[0].nodeConditionStatus",
+        ),
+        (
+            "thresholdConfigs:\n- {nodeConditionType: Ready, nodeConditionStatus: true, nodeConditionPeriod: 5s}",
+            "Ready=True is a healthy node",
+        ),
+        (
+            "thresholdConfigs:\n- {nodeConditionType: Ready, nodeConditionPeriod: 5s}",
+            "thresholdConfigs[0].nodeConditionStatus: required",
+        ),
+        (
+            "thresholdConfigs:\n- {nodeConditionType: Ready, nodeConditionStatus: false, nodeConditionPeriod: 5s, remedy1: [{nme: x}]}",
+            "thresholdConfigs[0].remedy1[0]: unknown fields ['nme']",
+        ),
+        (
+            "thresholdConfigs:\n- {nodeConditionType: Ready, nodeConditionStatus: false, nodeConditionPeriod: 5s, colour: red}",
+            "unknown fields ['colour']",
+        ),
+        ("thresholdConfigs: []", "thresholdConfigs: a non-empty list"),
+        ("stormGuard: {maxUnhealthy: 140%}", "stormGuard.maxUnhealthy: '140%' is over 100%"),
+        ("stormGuard: {maxUnhealthy: lots}", "stormGuard.maxUnhealthy"),
+        ("stormGuard: {maxUnhealthy: 1, minHealthy: 2}", "set only one of"),
+        ('stormGuard: {unhealthyRange: "[3-1]"}', "stormGuard.unhealthyRange"),
+        ("stormGuard: {cooldown: -5}", "stormGuard.cooldown"),
+        ("stormGuard: {maxUnhealthy: 1, coolDown: 5s}", "unknown fields ['coolDown']"),
+        ("nodeSelector: 'type=,,x'", "nodeSelector"),
+        ("nodeSelector: {matchLabel: {a: b}}", "nodeSelector: unknown label selector fields"),
+        ("pauseRequests: [1]", "pauseRequests"),
+        ("nodeselector: x", "unknown fields ['nodeselector']"),
+    ],
+)
+def test_bad_field_is_named(body: str, names: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_configurations(HEAD + body, "remedy.yaml")
+    assert names in str(err.value)
+    assert str(err.value).startswith("remedy.yaml: Configuration w")
+
+
+@pytest.mark.parametrize(
+    ("text", "names"),
+    [
+        ("", "no Configuration document"),
+        ("kind: Configuration\napiVersion: v9\n", ".apiVersion: 'v9'"),
+        ("kind: Config\napiVersion: node-remedy/v1alpha\n", ".kind: 'Config'"),
+        ("a: [", "not YAML"),
+        (HEAD + "---\n" + HEAD, "metadata.name used twice"),
+        ("- 1\n", "a Configuration is a map"),
+    ],
+)
+def test_bad_document(text: str, names: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_configurations(text, "remedy.yaml")
+    assert names in str(err.value)
+
+
+def test_configmap_without_yaml_keys() -> None:
+    with pytest.raises(ConfigError, match="ConfigMap ns/cm: no data key ending in .yaml"):
+        parse_configmap({"metadata": {"namespace": "ns", "name": "cm"}, "data": {"x": "y"}})
+
+
+def test_missing_file_named(tmp_path) -> None:
+    from noderemedy_runner.config import load
+
+    with pytest.raises(ConfigError, match="nope.yaml: cannot read it"):
+        load(str(tmp_path / "nope.yaml"))
+    with pytest.raises(ConfigError, match="expected configmap:<namespace>/<name>"):
+        load("configmap:justname")
