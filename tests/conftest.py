@@ -18,14 +18,32 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(scope="session")
-def collections_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A collections path whose ``ansible_collections/noderemedy/core`` is this checkout (symlink)."""
-    base = tmp_path_factory.mktemp("collections")
-    ns = base / "ansible_collections" / "noderemedy"
-    ns.mkdir(parents=True)
-    (ns / "core").symlink_to(ROOT)
+def _collection_on_path() -> Path:
+    """Make ``ansible_collections.noderemedy.core`` importable as *this* checkout.
+
+    A symlink ``tests/output/collections/ansible_collections/noderemedy/core -> <checkout>``
+    (inside the checkout, git-ignored, so two checkouts on one machine never import each other's
+    code), put first on ``sys.path``. ``ansible-test units`` runs in a real collection tree instead.
+    """
+    base = ROOT / "tests" / "output" / "collections"
+    link = base / "ansible_collections" / "noderemedy" / "core"
+    if not link.is_symlink() or link.resolve() != ROOT:
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(ROOT)
+    if str(base) not in sys.path:
+        sys.path.insert(0, str(base))
     return base
+
+
+COLLECTIONS_BASE = _collection_on_path()
+
+
+@pytest.fixture(scope="session")
+def collections_path() -> Path:
+    """A collections path whose ``ansible_collections/noderemedy/core`` is this checkout (symlink)."""
+    return COLLECTIONS_BASE
 
 
 @dataclass
