@@ -1,5 +1,5 @@
 # Copyright: noderemedy developers
-# Apache License 2.0 (see galaxy.yml)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Documentation of the static-pod option groups, 1:1 with ``plugins/module_utils/_static_pod.py``:
 ``DOCUMENTATION`` = ``LAYOUT_ARGSPEC``, ``PROBE`` = ``PROBE_ARGSPEC``,
 ``STORAGE_VERSION`` = ``STORAGE_VERSION_ARGSPEC``."""

@@ -757,7 +757,7 @@ class Drainer:
                             del due[uid]
                             inflight[pool.submit(self.remove_pod, by_uid[uid], use_eviction)] = uid
                     if inflight:
-                        finished, _ = concurrent.futures.wait(
+                        finished, _pending = concurrent.futures.wait(
                             list(inflight),
                             timeout=opts.poll_interval,
                             return_when=concurrent.futures.FIRST_COMPLETED,
@@ -799,7 +799,8 @@ class Drainer:
                         if failed or timed_out or self.dry_run or (not due and not waiting):
                             break
                         wake = min(
-                            min(due.values(), default=self.clock() + opts.poll_interval),
+                            *due.values(),
+                            self.clock() + opts.poll_interval,
                             self.clock() + opts.poll_interval / 4
                             if waiting
                             else self.clock() + opts.poll_interval,

@@ -1,5 +1,5 @@
 # Copyright: noderemedy developers
-# Apache License 2.0
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Static-pod fallback to the last-known-good revision (private to noderemedy.core).
 
 Behaviour source: the OpenShift enhancement "Fallback on failing revisions of static pods" and its
@@ -51,15 +51,25 @@ import re
 import shutil
 import ssl
 import time
+import traceback
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib import error as urlerror
-from urllib import request as urlrequest
 
-import yaml
+from ansible.module_utils.urls import open_url
+
+try:
+    import yaml
+except ImportError:  # the module reports missing_required_lib("PyYAML")
+    yaml = None
+    HAS_YAML = False
+    YAML_IMPORT_ERROR: str | None = traceback.format_exc()
+else:
+    HAS_YAML = True
+    YAML_IMPORT_ERROR = None
 
 # --- vocabulary (OpenShift startup monitor) -------------------------------------------------------
 
@@ -665,6 +675,12 @@ class HttpProber:
         self.base_url = base_url.rstrip("/")
         self.kind = kind
         self.request_timeout = request_timeout
+        self._tls = {
+            "validate_certs": validate_certs,
+            "ca_path": ca_cert if validate_certs else None,
+            "client_cert": client_cert,
+            "client_key": client_key,
+        }
         self._ctx: ssl.SSLContext | None = None
         if self.base_url.startswith("https://"):
             try:
@@ -684,12 +700,12 @@ class HttpProber:
         """GET ``path``; a Check (never raises for transport errors)."""
         t = self.request_timeout if timeout is None else max(0.1, timeout)
         try:
-            with urlrequest.urlopen(self.base_url + path, timeout=t, context=self._ctx) as resp:  # noqa: S310
+            with open_url(self.base_url + path, timeout=t, use_proxy=False, **self._tls) as resp:
                 body = resp.read(4096).decode(errors="replace")
-                ok = resp.status == 200
+                ok = resp.getcode() == 200
                 if self.kind == "etcd" and path == "/health":
                     ok = ok and '"health":"true"' in body.replace(" ", "")
-                return Check(ok, True, resp.status, body)
+                return Check(ok, True, resp.getcode(), body)
         except urlerror.HTTPError as exc:
             body = exc.read(4096).decode(errors="replace") if exc.fp else ""
             return Check(False, True, exc.code, body)
@@ -1291,7 +1307,7 @@ def execute(params: dict[str, Any], check_mode: bool = False, storage_versions: 
         timeout=float(params.get("timeout") or DEFAULT_TIMEOUT),
         interval=float(params.get("interval") or DEFAULT_INTERVAL),
         reason=params.get("reason") or "",
-        message=params.get("message") or "",
+        message=params.get("fallback_message") or "",
         force=bool(params.get("force")),
         revision_limit=int(params.get("revision_limit") or DEFAULT_REVISION_LIMIT),
         retry_previous_failures=int(params.get("retry_previous_failures") or 0),

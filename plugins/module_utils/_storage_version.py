@@ -1,5 +1,5 @@
 # Copyright: noderemedy developers
-# Apache License 2.0
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """StorageVersion API (KEP-2339) reading and rollback safety (private to noderemedy.core).
 
 KEP-2339 "StorageVersion API for HA API servers": every kube-apiserver (with the
@@ -96,7 +96,7 @@ def summarize(items: list[dict]) -> dict[str, Any]:
     for item in items:
         name = (item.get("metadata") or {}).get("name") or ""
         st = item.get("status") or {}
-        group, _, resource = name.rpartition(".")
+        group, _sep, resource = name.rpartition(".")
         servers = {}
         for sv in st.get("storageVersions") or []:
             sid = sv.get("apiServerID") or ""

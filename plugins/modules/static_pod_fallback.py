@@ -1,6 +1,6 @@
 #!/usr/bin/python
 # Copyright: noderemedy developers
-# Apache License 2.0 (see galaxy.yml)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ description:
   - Sources - openshift/library-go C(pkg/operator/staticpod/startupmonitor), the OpenShift enhancement
     "Fallback on failing revisions of static pods", KEP-2339 (StorageVersion API). See
     C(docs/static-pod-fallback.md).
-author: noderemedy developers
+author:
+  - noderemedy developers (@noderemedy)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - noderemedy.core.static_pod
@@ -44,7 +45,7 @@ options:
   state:
     description:
       - V(monitor) probes until ready or O(timeout), then marks good or falls back.
-      - V(fallback) falls back now (with O(reason) and O(message)).
+      - V(fallback) falls back now (with O(reason) and O(fallback_message)).
       - V(mark_good) points the last-known-good link at the current revision (and records its decodable
         StorageVersions).
       - V(status) reports the layout; V(prune) deletes old revisions beyond O(revision_limit).
@@ -67,8 +68,9 @@ options:
     description: The fallback reason for O(state=fallback).
     type: str
     choices: [CrashLooping, EtcdUnhealthy, NeverStartedUp, NotReady, Unhealthy]
-  message:
-    description: The fallback message for O(state=fallback).
+  fallback_message:
+    description: The fallback message for O(state=fallback), written to the
+      C(startup-monitor.static-pods.openshift.io/fallback-message) annotation.
     type: str
   force:
     description: Fall back even if the StorageVersion check finds a skew (or the API is unavailable with
@@ -109,7 +111,7 @@ EXAMPLES = r"""
     operand: etcd
     state: fallback
     reason: CrashLooping
-    message: etcd does not start after the upgrade
+    fallback_message: etcd does not start after the upgrade
 
 - name: Keep five revisions
   noderemedy.core.static_pod_fallback:
@@ -206,10 +208,12 @@ from ansible_collections.noderemedy.core.plugins.module_utils._static_pod import
     DEFAULT_REVISION_LIMIT,
     DEFAULT_TIMEOUT,
     FALLBACK_REASONS,
+    HAS_YAML,
     LAYOUT_ARGSPEC,
     PROBE_ARGSPEC,
     STATES,
     STORAGE_VERSION_ARGSPEC,
+    YAML_IMPORT_ERROR,
     StaticPodError,
     execute,
 )
@@ -223,7 +227,7 @@ def argument_spec() -> dict:
         timeout=dict(type="float", default=DEFAULT_TIMEOUT),
         interval=dict(type="float", default=DEFAULT_INTERVAL),
         reason=dict(type="str", choices=sorted(FALLBACK_REASONS)),
-        message=dict(type="str"),
+        fallback_message=dict(type="str"),
         force=dict(type="bool", default=False),
         revision_limit=dict(type="int", default=DEFAULT_REVISION_LIMIT),
         retry_previous_failures=dict(type="int", default=0),
@@ -239,6 +243,8 @@ def argument_spec() -> dict:
 
 def main() -> None:
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    if not HAS_YAML:
+        module.fail_json(msg=missing_required_lib("PyYAML"), exception=YAML_IMPORT_ERROR)
     params = module.params
     wants_sv = params["storage_version_check"] == "always" or (
         params["storage_version_check"] == "auto" and params["operand"] == "kube-apiserver"

@@ -1,6 +1,6 @@
 #!/usr/bin/python
 # Copyright: noderemedy developers
-# Apache License 2.0 (see galaxy.yml)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ description:
     feature gates and C(--runtime-config=internal.apiserver.k8s.io/v1alpha1=true). When it is not served
     the module does not fail; it returns RV(available=false) and the reason.
   - Source - KEP-2339 "StorageVersion API for HA API servers".
-author: noderemedy developers
+author:
+  - noderemedy developers (@noderemedy)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - noderemedy.core.kube_auth
@@ -29,7 +30,7 @@ attributes:
     platforms: posix
 options:
   apiserver_id:
-    description: Return only this apiserver identity in RV(apiservers) and RV(decodable).
+    description: Return only this apiserver identity in RV(apiservers).
     type: str
   resources:
     description: Restrict the result to these StorageVersion names (C(<group>.<resource>), e.g. C(apps.deployments)).

@@ -85,7 +85,7 @@ def test_orphaned_daemonset_pod_needs_force():
     )
     assert (delete, status) == (False, ERROR)
     assert '"gone" not found' in msg
-    delete, status, _ = run(pod(owner="DaemonSet"), exists=ds_absent, force=True)
+    delete, status, _msg = run(pod(owner="DaemonSet"), exists=ds_absent, force=True)
     assert (delete, status) == (True, WARNING)
 
 
@@ -177,7 +177,7 @@ def test_filter_invariants(
     owner, phase, emptydir, mirror, ds_exists, force, ignore_daemonsets, delete_emptydir_data
 ):
     p = pod(owner=owner, phase=phase, emptydir=emptydir, mirror=mirror)
-    delete, status, _ = run(
+    delete, status, _msg = run(
         p,
         exists=ds_present if ds_exists else ds_absent,
         force=force,

@@ -80,7 +80,7 @@ def test_ipmi_driver_keeps_credentials_as_bytes_and_out_of_evidence() -> None:
 )
 def test_ipmi_login_errors_are_classified(text: str, cls: type) -> None:
     err = _ipmi.classify_login_error(text, "127.0.0.1:623")
-    assert type(err) is cls
+    assert err.__class__ is cls  # the exact class, not a subclass
     assert str(err).startswith("127.0.0.1:623: ")
 
 

@@ -115,7 +115,7 @@ def test_classify_connection_errors():
 
 def test_kube_error_rejects_unknown_reason():
     with pytest.raises(ValueError, match="reason"):
-        KubeError("x", "nope")
+        raise KubeError("x", "nope")
     assert {
         "not_found",
         "conflict",

@@ -147,9 +147,9 @@ def test_tolerations_match_like_the_api(tolerations, expected):
 def test_add_then_remove_round_trip(keys, effects, values):
     wanted = [{"key": k, "value": values[i], "effect": effects[i]} for i, k in enumerate(keys)]
     start = [{"key": "keep", "effect": "NoSchedule"}]
-    added_list, _, _ = desired_taints(start, wanted, "present", NOW)
+    added_list, _added, _removed = desired_taints(start, wanted, "present", NOW)
     # every (key, effect) appears once, and the last wanted value wins
     pairs = [(t["key"], t["effect"]) for t in added_list]
     assert len(pairs) == len(set(pairs))
-    back, _, _ = desired_taints(added_list, [{"key": k} for k in keys], "absent", NOW)
+    back, _added2, _removed2 = desired_taints(added_list, [{"key": k} for k in keys], "absent", NOW)
     assert back == start

@@ -52,7 +52,7 @@ def test_fallback_check_apply_quartet(run_playbook, tmp_path):
         "operand": "kube-apiserver",
         "state": "fallback",
         "reason": "CrashLooping",
-        "message": "m",
+        "fallback_message": "m",
         **paths,
     }
     args["storage_version_check"] = "never"
@@ -235,6 +235,7 @@ def test_ansible_doc_matches_each_modules_argspec(collections_path):
             capture_output=True,
             text=True,
             env=env,
+            check=False,
         )
         assert out.returncode == 0, out.stderr
         documented = json.loads(out.stdout)[f"noderemedy.core.{name}"]["doc"]["options"]
@@ -260,6 +261,7 @@ def test_ansible_doc_renders_both_modules(collections_path):
             capture_output=True,
             text=True,
             env=env,
+            check=False,
         )
         assert out.returncode == 0, out.stderr
         doc = json.loads(out.stdout)[f"noderemedy.core.{name}"]["doc"]

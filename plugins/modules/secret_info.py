@@ -1,0 +1,150 @@
+#!/usr/bin/python
+# Copyright: noderemedy developers
+# Apache License 2.0 (see galaxy.yml)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: secret_info
+short_description: Read the decoded data of one Kubernetes Secret (for fencing credentials)
+version_added: 0.1.0
+description:
+  - Reads one Secret and returns its C(data) base64-decoded (and its C(stringData)-free keys), so a
+    playbook can pass a fencing device's credentials to C(noderemedy.core.ipmi_power),
+    C(noderemedy.core.pdu_outlet) or C(noderemedy.core.fc_port) without the credentials ever being
+    an extra variable.
+  - B(Always use it with) C(no_log: true) on the task, and pass the values on with C(no_log: true)
+    (the result holds the secret values; the module cannot hide them from the task's own result).
+  - With O(keys), the listed keys must exist (a clear error names the Secret and the missing key);
+    only they are returned.
+author:
+  - noderemedy developers (@noderemedy)
+extends_documentation_fragment:
+  - noderemedy.core.kube_auth
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details: Read only.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+options:
+  name:
+    description:
+      - The Secret's name.
+    type: str
+    required: true
+  namespace:
+    description:
+      - The Secret's namespace.
+    type: str
+    required: true
+  keys:
+    description:
+      - Keys that must be present; only these are returned. All keys when omitted.
+    type: list
+    elements: str
+"""
+
+EXAMPLES = r"""
+- name: Read the BMC credentials of lab-node-0
+  noderemedy.core.secret_info:
+    name: lab-node-0-bmc
+    namespace: noderemedy
+    keys: [username, password]
+  register: bmc_secret
+  no_log: true
+
+- name: Power off through the BMC
+  noderemedy.core.ipmi_power:
+    ipaddr: 10.0.0.10
+    username: "{{ bmc_secret.data.username }}"
+    password: "{{ bmc_secret.data.password }}"
+    state: "off"
+  no_log: true
+"""
+
+RETURN = r"""
+data:
+  description: The Secret's keys and their decoded (UTF-8) values. Secret values - keep the task no_log.
+  returned: success
+  type: dict
+keys:
+  description: The names of the returned keys (not secret).
+  returned: success
+  type: list
+  elements: str
+reason:
+  description: On failure, the classified Kubernetes error (not_found, forbidden, invalid, ...).
+  returned: failure
+  type: str
+"""
+
+import base64  # noqa: E402
+import binascii  # noqa: E402
+import traceback  # noqa: E402
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
+
+from ansible_collections.noderemedy.core.plugins.module_utils._kube import (  # noqa: E402
+    HAS_KUBERNETES,
+    KUBE_AUTH_ARGSPEC,
+    KUBERNETES_IMPORT_ERROR,
+    KubeError,
+    call,
+    get_api_client,
+)
+
+
+def read_secret(client, name, namespace, keys):
+    """Decoded data of Secret ``namespace/name``: ``{key: str}``.
+
+    Raises KubeError (``not_found`` names the Secret; ``invalid`` for a missing key or a value
+    that is not base64/UTF-8, naming the key but never the value).
+    """
+    import kubernetes  # noqa: PLC0415 - guarded by HAS_KUBERNETES in main()
+
+    core = kubernetes.client.CoreV1Api(client)
+    try:
+        secret = call(core.read_namespaced_secret, name, namespace)
+    except KubeError as exc:
+        if exc.reason == "not_found":
+            raise KubeError(f"Secret {namespace}/{name} not found", "not_found", exc.status) from exc
+        raise
+    raw = secret.data or {}
+    wanted = list(keys) if keys else sorted(raw)
+    out = {}
+    for key in wanted:
+        if key not in raw:
+            raise KubeError(
+                f"Secret {namespace}/{name}: key {key!r} missing; keys are {sorted(raw)}", "invalid"
+            )
+        try:
+            out[key] = base64.b64decode(raw[key]).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError) as exc:
+            raise KubeError(f"Secret {namespace}/{name}: key {key!r} is not UTF-8 text", "invalid") from exc
+    return out
+
+
+def main():
+    argument_spec = dict(
+        name=dict(type="str", required=True),
+        namespace=dict(type="str", required=True),
+        keys=dict(type="list", elements="str", no_log=False),
+    )
+    argument_spec.update(KUBE_AUTH_ARGSPEC)
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    if not HAS_KUBERNETES:
+        module.fail_json(msg=missing_required_lib("kubernetes"), exception=KUBERNETES_IMPORT_ERROR)
+    p = module.params
+    try:
+        data = read_secret(get_api_client(p), p["name"], p["namespace"], p["keys"])
+    except KubeError as exc:
+        module.fail_json(msg=exc.message, reason=exc.reason, exception=traceback.format_exc())
+    module.exit_json(changed=False, data=data, keys=sorted(data))
+
+
+if __name__ == "__main__":
+    main()
