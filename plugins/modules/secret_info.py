@@ -1,6 +1,6 @@
 #!/usr/bin/python
 # Copyright: noderemedy developers
-# Apache License 2.0 (see galaxy.yml)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ description:
     playbook can pass a fencing device's credentials to C(noderemedy.core.ipmi_power),
     C(noderemedy.core.pdu_outlet) or C(noderemedy.core.fc_port) without the credentials ever being
     an extra variable.
-  - B(Always use it with) C(no_log: true) on the task, and pass the values on with C(no_log: true)
-    (the result holds the secret values; the module cannot hide them from the task's own result).
+  - "B(Always use it with) C(no_log: true) on the task, and pass the values on with C(no_log: true)
+    (the result holds the secret values; the module cannot hide them from the task's own result)."
   - With O(keys), the listed keys must exist (a clear error names the Secret and the missing key);
     only they are returned.
 author:

@@ -1,0 +1,466 @@
+"""Run the state machines' playbook actions with ansible-runner, and read back what they did.
+
+Shape follows ansible-operator (operator-framework/ansible-operator-plugins ``internal/ansible/runner``):
+a private data dir per custom resource (``<data_dir>/<kind>/<namespace>_<name>/``), an ``ident``
+per run (the state machine's deterministic ident, so a replayed run finds its artifacts), artifacts
+rotated (``rotate_artifacts``), and -- unlike ansible-operator, which writes the whole CR into
+``env/extravars`` -- extravars holding *references only* (DESIGN.md invariant 5): the playbooks read
+the Secrets themselves (``noderemedy.core.secret_info`` with ``no_log``). ``suppress_env_files``
+keeps ansible-runner from writing ``env/envvars``, ``env/extravars`` or ``env/settings``.
+
+Every run has a deadline (``timeout``: ansible-runner kills the process group past it; status
+``timeout``), the number of runs in flight is bounded by a semaphore, and a run is canceled when
+the caller's cancel event is set (the custom resource was deleted; status ``canceled``).
+
+The outcome (:class:`RunOutcome`) carries ansible's per-host counts (ok/changed/failed), the
+messages of failed tasks and the results of the fencing module tasks in the order they ran
+(:class:`ModuleResult`, the ``fence`` evidence of ``noderemedy.core.ipmi_power``/``pdu_outlet``/
+``fc_port``), which :func:`method_readings` turns into the
+:class:`~noderemedy_runner.actions.MethodReading` values the machines reason about.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from noderemedy_runner.actions import Action, FenceReading, MethodReading, reading_from_methods
+
+log = logging.getLogger(__name__)
+
+#: Fencing modules whose results are collected (FQCN → device type).
+FENCE_MODULES: dict[str, str] = {
+    "noderemedy.core.ipmi_power": "ipmi",
+    "noderemedy.core.pdu_outlet": "pdu",
+    "noderemedy.core.fc_port": "fc",
+}
+#: ansible-runner's final statuses.
+FINAL_STATUSES = ("successful", "failed", "timeout", "canceled", "error")
+#: Longest failed-task message kept (characters).
+MAX_TASK_MESSAGE = 400
+_IDENT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
+_NAME_RE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+class ExecutorError(RuntimeError):
+    """The executor cannot run a playbook at all (no playbook for the action, bad ident, missing
+    playbook file); the message names what is wrong."""
+
+
+@dataclass(frozen=True)
+class ModuleResult:
+    """One fencing module task's result: ``module`` (FQCN), ``device_type`` (ipmi/pdu/fc),
+    ``ok`` (not failed), ``state`` (the module's read-back: ``on``/``off`` or ``enabled``/
+    ``disabled``; None when unknown), ``fence`` (the module's evidence dict: ``verified``,
+    ``method``, ``target``, ``plugs``, ``state``, ``verified_at`` in epoch seconds), ``msg``,
+    ``error`` (the module's error class on failure: auth, privilege, unreachable, rejected, ...)."""
+
+    module: str
+    device_type: str
+    ok: bool
+    state: str | None
+    fence: Mapping[str, Any]
+    msg: str = ""
+    error: str = ""
+
+    @property
+    def read_back(self) -> str:
+        """``off`` when the module verified the fenced state (evidence ``verified``), ``on`` when
+        it read the device on/enabled, else ``unknown``."""
+        if self.fence.get("verified") is True:
+            return "off"
+        if self.state in ("on", "enabled"):
+            return "on"
+        return "unknown"
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """What one ansible-runner run did.
+
+    ``ident``; ``status`` (ansible-runner: successful, failed, timeout, canceled, error); ``rc``;
+    ``ok``/``changed``/``failed`` (task counts summed over hosts, failures include unreachable);
+    ``failed_tasks`` (``"<task>: <msg>"``, secrets never included: no_log tasks are censored by
+    ansible); ``modules`` (fencing module results in run order); ``seconds`` (wall time);
+    ``recovered``: read back from the artifacts of an earlier process (the run was not repeated).
+    """
+
+    ident: str
+    status: str
+    rc: int | None
+    ok: int = 0
+    changed: int = 0
+    failed: int = 0
+    failed_tasks: tuple[str, ...] = ()
+    modules: tuple[ModuleResult, ...] = ()
+    seconds: float = 0.0
+    recovered: bool = False
+    artifact_dir: str = ""
+
+    @property
+    def succeeded(self) -> bool:
+        """Whether the run ended ``successful`` with rc 0."""
+        return self.status == "successful" and self.rc == 0
+
+    @property
+    def timed_out(self) -> bool:
+        """Whether the run was killed at its deadline."""
+        return self.status == "timeout"
+
+    def summary(self) -> str:
+        """One line for a condition message or an Event: status, counts, first failed tasks."""
+        text = f"run {self.ident} {self.status}: ok={self.ok} changed={self.changed} failed={self.failed}"
+        if self.failed_tasks:
+            text += "; " + "; ".join(self.failed_tasks[:3])
+        return text
+
+
+def method_readings(
+    methods: Sequence[Mapping[str, Any]], modules: Sequence[ModuleResult]
+) -> tuple[MethodReading, ...]:
+    """Pair the step's ``methods`` extravars (in order) with the fencing module results (in run
+    order) → :class:`MethodReading` values (``state`` from :attr:`ModuleResult.read_back`).
+
+    A method whose module did not run (the play stopped earlier) is left out; a module result
+    whose device type does not match its method is read as ``unknown`` (never a fence).
+    """
+    out: list[MethodReading] = []
+    for method, res in zip(methods, modules, strict=False):
+        dtype = str(method.get("device_type", ""))
+        state = res.read_back if res.device_type == dtype else "unknown"
+        out.append(MethodReading(str(method.get("name", "")), dtype, str(method.get("action", "")), state))
+    return tuple(out)
+
+
+def fence_reading(
+    node: str, methods: Sequence[Mapping[str, Any]], outcome: RunOutcome, now: float
+) -> tuple[FenceReading | None, Mapping[str, Any] | None]:
+    """The step's :class:`FenceReading` (rule: :func:`~noderemedy_runner.actions.reading_from_methods`)
+    and the module evidence dict that proves it (for ``noderemedy.core.node_taint``'s
+    ``fence_evidence``): the first verified power-off result, else the first verified fc result.
+    Runs recovered from old artifacts give no reading (a power cycle's off is a fence only while
+    its read-back is fresh: docs/state-machines.md, known limit)."""
+    if outcome.recovered:
+        return None, None
+    readings = method_readings(methods, outcome.modules)
+    reading = reading_from_methods(node, readings, now)
+    if reading is None or not reading.fenced:
+        return reading, None
+    pairs = list(zip(readings, outcome.modules, strict=False))
+    wanted = ("ipmi", "pdu") if reading.kind == "power_off" else ("fc",)
+    for r, res in pairs:
+        if r.device_type in wanted and r.action == "off" and r.state == "off":
+            return reading, dict(res.fence)
+    return reading, None
+
+
+def parse_events(events: Sequence[Mapping[str, Any]]) -> tuple[dict[str, int], list[str], list[ModuleResult]]:
+    """From ansible-runner job events: (counts ``ok``/``changed``/``failed``, failed task messages,
+    fencing module results in order). Pure; used on live runs and on recovered artifacts."""
+    counts = {"ok": 0, "changed": 0, "failed": 0}
+    failed: list[str] = []
+    modules: list[ModuleResult] = []
+    for ev in events:
+        kind = ev.get("event")
+        data = ev.get("event_data") or {}
+        if kind == "playbook_on_stats":
+            for key, name in (
+                ("ok", "ok"),
+                ("changed", "changed"),
+                ("failures", "failed"),
+                ("dark", "failed"),
+            ):
+                counts[name] += sum(int(v) for v in (data.get(key) or {}).values())
+            continue
+        if kind not in ("runner_on_ok", "runner_on_failed", "runner_on_unreachable"):
+            continue
+        res = data.get("res") or {}
+        action = str(data.get("resolved_action") or data.get("task_action") or "")
+        is_failed = kind != "runner_on_ok" and not data.get("ignore_errors")
+        if is_failed:
+            msg = str(res.get("msg") or res.get("reason") or "failed")
+            task = str(data.get("task") or action)
+            failed.append(f"{task}: {msg[:MAX_TASK_MESSAGE]}")
+        if action in FENCE_MODULES:
+            state = res.get("power_state", res.get("state"))
+            fence = res.get("fence") if isinstance(res.get("fence"), Mapping) else {}
+            modules.append(
+                ModuleResult(
+                    module=action,
+                    device_type=FENCE_MODULES[action],
+                    ok=kind == "runner_on_ok",
+                    state=str(state) if isinstance(state, str) else None,
+                    fence=dict(fence or {}),
+                    msg=str(res.get("msg", ""))[:MAX_TASK_MESSAGE],
+                    error=str(res.get("error") or ""),
+                )
+            )
+    return counts, failed, modules
+
+
+def private_dir_name(kind: str, name: str, namespace: str | None = None, uid: str = "") -> str:
+    """``<kind>/<namespace>_<name>[_<uid[:8]>]`` (``_cluster`` for cluster-scoped objects), safe as
+    a path. The uid keeps a re-created object with the same name from finding the artifacts (and
+    so the "already finished" runs) of its predecessor."""
+    ns = namespace or "_cluster"
+    tail = f"_{_NAME_RE.sub('-', uid[:8])}" if uid else ""
+    return f"{_NAME_RE.sub('-', kind.lower())}/{_NAME_RE.sub('-', ns)}_{_NAME_RE.sub('-', name)}{tail}"
+
+
+def link_collection(collections_dir: Path, collection_root: Path) -> Path:
+    """Make ``collections_dir/ansible_collections/noderemedy/core`` a symlink to ``collection_root``
+    (a checkout used as the ``noderemedy.core`` collection); returns ``collections_dir``."""
+    ns = collections_dir / "ansible_collections" / "noderemedy"
+    ns.mkdir(parents=True, exist_ok=True)
+    link = ns / "core"
+    if link.is_symlink() and Path(os.readlink(link)) == collection_root:
+        return collections_dir
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    link.symlink_to(collection_root)
+    return collections_dir
+
+
+class Executor:
+    """Runs playbook actions through ``ansible_runner.run``.
+
+    Args:
+        data_dir: root of the private data dirs (created).
+        playbook_dir: the collection's ``playbooks/`` directory.
+        collections_path: value of ``ANSIBLE_COLLECTIONS_PATH`` (where ``noderemedy.core`` is
+            found); None keeps ansible's default (an installed collection).
+        kubeconfig: passed to the modules as ``K8S_AUTH_KUBECONFIG`` (a path, not a secret);
+            None: in-cluster service account.
+        max_concurrent_runs: runs in flight at once (>= 1); further runs wait.
+        run_deadline: seconds a run may take; past it ansible-runner kills it (status timeout).
+        rotate_artifacts: artifact dirs kept per private data dir (ansible-runner rotation).
+        extra_env: more environment for the runs (e.g. ``SNMP_PERSISTENT_DIR``); never secrets.
+
+    Raises ValueError on ``max_concurrent_runs`` < 1 or ``run_deadline`` <= 0.
+    """
+
+    def __init__(
+        self,
+        data_dir: Path,
+        playbook_dir: Path,
+        *,
+        collections_path: Path | None = None,
+        kubeconfig: Path | None = None,
+        max_concurrent_runs: int = 4,
+        run_deadline: float = 300.0,
+        rotate_artifacts: int = 30,
+        extra_env: Mapping[str, str] | None = None,
+    ) -> None:
+        if max_concurrent_runs < 1:
+            raise ValueError(f"max_concurrent_runs = {max_concurrent_runs}: must be >= 1")
+        if run_deadline <= 0:
+            raise ValueError(f"run_deadline = {run_deadline}: must be > 0 seconds")
+        self.data_dir = Path(data_dir)
+        self.playbook_dir = Path(playbook_dir)
+        self.collections_path = collections_path
+        self.kubeconfig = kubeconfig
+        self.max_concurrent_runs = max_concurrent_runs
+        self.run_deadline = run_deadline
+        self.rotate_artifacts = rotate_artifacts
+        self.extra_env = dict(extra_env or {})
+        self._slots = threading.BoundedSemaphore(max_concurrent_runs)
+        self._lock = threading.Lock()
+        self.in_flight = 0
+        self.peak_in_flight = 0
+
+    def private_data_dir(self, kind: str, name: str, namespace: str | None = None, uid: str = "") -> Path:
+        """The private data dir of one custom resource (created); ``uid``: its metadata.uid."""
+        path = self.data_dir / private_dir_name(kind, name, namespace, uid)
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def envvars(self) -> dict[str, str]:
+        """The environment of every run (references only: paths and switches)."""
+        bindir = str(Path(sys.executable).parent)
+        env = {
+            "ANSIBLE_PYTHON_INTERPRETER": sys.executable,
+            "ANSIBLE_LOCALHOST_WARNING": "False",
+            "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False",
+            "ANSIBLE_NOCOLOR": "1",
+            "ANSIBLE_RETRY_FILES_ENABLED": "False",
+            "ANSIBLE_PIPELINING": "True",
+            "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}",
+        }
+        if self.collections_path is not None:
+            env["ANSIBLE_COLLECTIONS_PATH"] = str(self.collections_path)
+        if self.kubeconfig is not None:
+            env["K8S_AUTH_KUBECONFIG"] = str(self.kubeconfig)
+        env.update(self.extra_env)
+        return env
+
+    def recover(self, private_dir: Path, ident: str) -> RunOutcome | None:
+        """The outcome of a run ``ident`` that finished before this process started (its
+        artifacts hold a final ``status`` and ``rc``), or None. Incomplete artifacts (the runner
+        died mid-run) are removed so the run can be replayed cleanly."""
+        art = private_dir / "artifacts" / ident
+        if not art.is_dir():
+            return None
+        status_file, rc_file = art / "status", art / "rc"
+        status = status_file.read_text().strip() if status_file.is_file() else ""
+        if status not in FINAL_STATUSES or not rc_file.is_file():
+            shutil.rmtree(art, ignore_errors=True)
+            return None
+        events: list[dict[str, Any]] = []
+        for path in sorted((art / "job_events").glob("*.json"), key=_event_counter):
+            try:
+                events.append(json.loads(path.read_text()))
+            except (OSError, json.JSONDecodeError):
+                continue
+        counts, failed, modules = parse_events(events)
+        rc_text = rc_file.read_text().strip()
+        return RunOutcome(
+            ident,
+            status,
+            int(rc_text) if rc_text.lstrip("-").isdigit() else None,
+            counts["ok"],
+            counts["changed"],
+            counts["failed"],
+            tuple(failed),
+            tuple(modules),
+            0.0,
+            recovered=True,
+            artifact_dir=str(art),
+        )
+
+    def run(
+        self,
+        action: Action,
+        *,
+        kind: str,
+        name: str,
+        namespace: str | None = None,
+        uid: str = "",
+        ident: str | None = None,
+        extra_extravars: Mapping[str, Any] | None = None,
+        cancel: threading.Event | None = None,
+        on_start: Callable[[], None] | None = None,
+    ) -> RunOutcome:
+        """Run ``action``'s playbook for custom resource ``kind`` ``namespace/name`` (``uid``: its
+        metadata.uid, part of the private data dir).
+
+        ``ident`` defaults to ``action.ident`` (else one is made from the action kind and the
+        time). A run with the same ident that already finished (artifacts of an earlier process)
+        is not repeated: its outcome is returned with ``recovered=True``. ``extra_extravars``
+        adds non-secret extravars (fence evidence for the taint); they pass the same references-
+        only check as the action's. Blocks for a free slot (``max_concurrent_runs``), then until
+        the run ends, its deadline passes or ``cancel`` is set. ``on_start`` is called when the
+        slot is taken. Raises :class:`ExecutorError` for an action without a playbook or a
+        malformed ident; a canceled wait for a slot returns status ``canceled``.
+        """
+        import ansible_runner  # type: ignore[import-untyped]  # noqa: PLC0415 - heavy import
+
+        if action.playbook is None:
+            raise ExecutorError(f"action {action.kind} has no playbook")
+        playbook = self.playbook_dir / action.playbook
+        if not playbook.is_file():
+            raise ExecutorError(f"playbook {playbook} not found (action {action.kind})")
+        run_ident = ident or action.ident or f"{action.kind}-{int(time.time() * 1000)}"
+        if not _IDENT_RE.match(run_ident):
+            raise ExecutorError(f"ident {run_ident!r} is not [A-Za-z0-9._-], at most 253 characters")
+        extravars = dict(action.extravars)
+        if extra_extravars:
+            # the same references-only check as Action's (raises ActionError)
+            Action(kind="none", extravars=dict(extra_extravars))
+            extravars.update(extra_extravars)
+        private = self.private_data_dir(kind, name, namespace, uid)
+        done = self.recover(private, run_ident)
+        if done is not None:
+            log.info(
+                "run %s of %s %s already finished (%s): not repeated", run_ident, kind, name, done.status
+            )
+            return done
+
+        cancel = cancel or threading.Event()
+        while not self._slots.acquire(timeout=0.2):
+            if cancel.is_set():
+                return RunOutcome(run_ident, "canceled", None)
+        with self._lock:
+            self.in_flight += 1
+            self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+        started = time.monotonic()
+        log.info("run %s: %s for %s %s", run_ident, action.playbook, kind, name)
+        try:
+            if on_start is not None:
+                on_start()
+            runner = ansible_runner.run(
+                private_data_dir=str(private),
+                project_dir=str(self.playbook_dir),
+                playbook=action.playbook,
+                ident=run_ident,
+                inventory={
+                    "all": {
+                        "hosts": {
+                            "localhost": {
+                                "ansible_connection": "local",
+                                "ansible_python_interpreter": sys.executable,
+                            }
+                        }
+                    }
+                },
+                extravars=extravars,
+                envvars=self.envvars(),
+                suppress_env_files=True,
+                rotate_artifacts=self.rotate_artifacts,
+                timeout=max(1, int(round(self.run_deadline))),
+                cancel_callback=cancel.is_set,
+                quiet=True,
+                settings={"suppress_ansible_output": True},
+            )
+        finally:
+            with self._lock:
+                self.in_flight -= 1
+            self._slots.release()
+        counts, failed, modules = parse_events(list(runner.events))
+        status = str(runner.status)
+        log.info("run %s: %s in %.2f s", run_ident, status, time.monotonic() - started)
+        if status == "timeout":
+            failed.append(f"deadline: killed after {self.run_deadline:g} s")
+        elif status == "canceled":
+            failed.append("canceled: the custom resource was deleted")
+        return RunOutcome(
+            run_ident,
+            status,
+            runner.rc if isinstance(runner.rc, int) else None,
+            counts["ok"],
+            counts["changed"],
+            counts["failed"],
+            tuple(failed),
+            tuple(modules),
+            time.monotonic() - started,
+            recovered=False,
+            artifact_dir=str(private / "artifacts" / run_ident),
+        )
+
+
+def _event_counter(path: Path) -> int:
+    head = path.name.split("-", 1)[0]
+    return int(head) if head.isdigit() else 0
+
+
+__all__ = [
+    "FENCE_MODULES",
+    "Executor",
+    "ExecutorError",
+    "ModuleResult",
+    "RunOutcome",
+    "fence_reading",
+    "link_collection",
+    "method_readings",
+    "parse_events",
+    "private_dir_name",
+]
