@@ -116,7 +116,7 @@ def run_playbook(collections_path: Path, tmp_path_factory: pytest.TempPathFactor
         )
         if extra_env:
             env.update(extra_env)
-        proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout, check=False)
         results: dict[str, dict] = {}
         try:
             doc = json.loads(proc.stdout)
