@@ -915,13 +915,13 @@ def test_metal3_node_that_never_returns_ends_deleting_machine(
 
 
 # --- figure: creation → power verified off and taint applied ----------------------------------------------
-@pytest.mark.skipif(
-    not os.environ.get("NODEREMEDY_FIGURES"), reason="figure run only: set NODEREMEDY_FIGURES=1"
-)
-def test_figure_creation_to_power_off_verified_and_taint(
+def test_taint_follows_verified_power_off_five_times_and_prints_latency(
     lab_kube: Any, api: client.ApiClient, fence_ns: FenceNamespace, runner: Callable[..., Runner], dead: str
 ) -> None:
-    """isolation=ipmi-off (power off, read back), recovery=ipmi-on; node already NotReady; grace 0."""
+    """isolation=ipmi-off (power off, read back), recovery=ipmi-on; node already NotReady; grace 0.
+
+    Five NodeFences in a row each end with FenceVerified=True and the taint; the time from creation
+    to the taint is printed (a figure for the issue notes, never asserted: ``pytest -s -k latency``)."""
     port = lab_kube.info["devices"]["fc_ports"][DEAD]
     fence_ns.put("config_map", fence_config(DEAD, port, "ipmi-off", "", "ipmi-on fc-on"))
     co = client.CustomObjectsApi(api)
