@@ -323,7 +323,7 @@ def run(args: argparse.Namespace) -> int:
             snap = watch.refresh()
             now = time.monotonic() - t_cut
             fence_state = (snap["fence"].get("step"), snap["fence"].get("status"))
-            if snap["fence_exists"] and fence_state != last_fence:
+            if snap["fence_exists"] and fence_state != (None, None) and fence_state != last_fence:
                 last_fence = fence_state
                 _say(f"   {now:6.1f} s   NodeFence step={fence_state[0]} status={fence_state[1]}")
             for case, text, pred in list(todo):
