@@ -93,6 +93,18 @@ class _Held:
     power_refused: bool = False
     notes: list[str] = field(default_factory=list)
 
+    def evidence_for(self, action: Action) -> dict[str, Any] | None:
+        """The fence evidence that licenses ``action`` (a ``taint_out_of_service``), or None.
+
+        Safety invariant 1 (DESIGN.md): the taint is applied only with the evidence of the very
+        reading that made the machine ask for it. Anything else forgets the reading, so the fence
+        is read again before another try. Both reconcilers go through here.
+        """
+        if action.fence is None or action.fence != self.reading or self.evidence is None:
+            self.reading, self.evidence = None, None
+            return None
+        return self.evidence
+
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     meta = obj.get("metadata")
@@ -341,11 +353,10 @@ class NodeFenceReconciler:
         name = str(_meta(obj).get("name"))
         extra: dict[str, Any] = {}
         if action.kind == "taint_out_of_service":
-            # invariant 1: only with the evidence of the very reading that licensed the action
-            if action.fence is None or action.fence != held.reading or held.evidence is None:
-                held.reading, held.evidence = None, None
+            evidence = held.evidence_for(action)
+            if evidence is None:
                 return False
-            extra["fence_evidence"] = held.evidence
+            extra["fence_evidence"] = evidence
         verb = "add" if action.kind == "taint_out_of_service" else "remove"
         outcome = self.executor.run(
             action,
@@ -606,10 +617,10 @@ class Metal3RemediationReconciler:
         if action.kind in ("taint_out_of_service", "untaint_out_of_service"):
             extra: dict[str, Any] = {}
             if action.kind == "taint_out_of_service":
-                if action.fence is None or action.fence != held.reading or held.evidence is None:
-                    held.reading, held.evidence = None, None
+                evidence = held.evidence_for(action)
+                if evidence is None:
                     return False
-                extra["fence_evidence"] = held.evidence
+                extra["fence_evidence"] = evidence
             verb = "add" if action.kind == "taint_out_of_service" else "remove"
             outcome = self.executor.run(
                 action,
