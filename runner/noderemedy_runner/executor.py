@@ -44,6 +44,8 @@ FENCE_MODULES: dict[str, str] = {
     "noderemedy.core.pdu_outlet": "pdu",
     "noderemedy.core.fc_port": "fc",
 }
+#: The module fence_step.yml releases workloads with (``release_workloads``: the out-of-service taint).
+RELEASE_MODULE = "noderemedy.core.node_taint"
 #: ansible-runner's final statuses.
 FINAL_STATUSES = ("successful", "failed", "timeout", "canceled", "error")
 #: Longest failed-task message kept (characters).
@@ -85,6 +87,38 @@ class ModuleResult:
 
 
 @dataclass(frozen=True)
+class Release:
+    """What the release task of a fence step run (``release_workloads``, playbooks/fence_step.yml)
+    did: ``added`` -- it added the out-of-service taint with this run's verified fence as evidence;
+    ``message`` -- node_taint's refusal (``reason: message``; never secret) when it did not."""
+
+    added: bool
+    message: str = ""
+
+
+def release_from_events(events: Sequence[Mapping[str, Any]]) -> Release | None:
+    """The :class:`Release` of a run from its job events (the last ``noderemedy.core.node_taint``
+    result), or None when the run had no release task or skipped it. The task runs with
+    ``failed_when: false``, so a refusal shows as an ok event whose result has ``reason``."""
+    out: Release | None = None
+    for ev in events:
+        if ev.get("event") not in ("runner_on_ok", "runner_on_failed"):
+            continue
+        data = ev.get("event_data") or {}
+        if str(data.get("resolved_action") or data.get("task_action") or "") != RELEASE_MODULE:
+            continue
+        res = data.get("res") or {}
+        if res.get("skipped"):
+            continue
+        if ev.get("event") == "runner_on_ok" and not res.get("reason") and "taints" in res:
+            out = Release(added=bool(res.get("added")))
+        else:
+            reason = str(res.get("reason") or "failed")
+            out = Release(False, f"{reason}: {str(res.get('msg', ''))[:MAX_TASK_MESSAGE]}")
+    return out
+
+
+@dataclass(frozen=True)
 class RunOutcome:
     """What one ansible-runner run did.
 
@@ -92,7 +126,8 @@ class RunOutcome:
     ``ok``/``changed``/``failed`` (task counts summed over hosts, failures include unreachable);
     ``failed_tasks`` (``"<task>: <msg>"``, secrets never included: no_log tasks are censored by
     ansible); ``modules`` (fencing module results in run order); ``seconds`` (wall time);
-    ``recovered``: read back from the artifacts of an earlier process (the run was not repeated).
+    ``recovered``: read back from the artifacts of an earlier process (the run was not repeated);
+    ``release``: what a fence step's release task did (:class:`Release`), None when it did not run.
     """
 
     ident: str
@@ -106,6 +141,7 @@ class RunOutcome:
     seconds: float = 0.0
     recovered: bool = False
     artifact_dir: str = ""
+    release: Release | None = None
 
     @property
     def succeeded(self) -> bool:
@@ -335,6 +371,7 @@ class Executor:
             0.0,
             recovered=True,
             artifact_dir=str(art),
+            release=release_from_events(events),
         )
 
     def run(
@@ -425,7 +462,8 @@ class Executor:
             with self._lock:
                 self.in_flight -= 1
             self._slots.release()
-        counts, failed, modules = parse_events(list(runner.events))
+        events = list(runner.events)
+        counts, failed, modules = parse_events(events)
         status = str(runner.status)
         log.info("run %s: %s in %.2f s", run_ident, status, time.monotonic() - started)
         if status == "timeout":
@@ -444,6 +482,7 @@ class Executor:
             time.monotonic() - started,
             recovered=False,
             artifact_dir=str(private / "artifacts" / run_ident),
+            release=release_from_events(events),
         )
 
 
@@ -457,10 +496,12 @@ __all__ = [
     "Executor",
     "ExecutorError",
     "ModuleResult",
+    "Release",
     "RunOutcome",
     "fence_reading",
     "link_collection",
     "method_readings",
     "parse_events",
+    "release_from_events",
     "private_dir_name",
 ]

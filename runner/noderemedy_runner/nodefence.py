@@ -20,7 +20,10 @@ Automaton (DESIGN.md "NodeFence"; docs/state-machines.md has the diagram)::
 A failed step run is retried ``step_retries`` times (``retries`` counts them) before Error.
 In Running and Done (before Recovery) the node's workloads are released with the out-of-service
 taint as soon as an observation shows a verified fence of this node; the taint action cannot be
-built without one (:func:`noderemedy_runner.actions.taint_out_of_service`, invariant 1).
+built without one (:func:`noderemedy_runner.actions.taint_out_of_service`, invariant 1). Isolation
+and PowerManagement runs started while the node carries no taint release in the same run, on the
+fence that run verified (:func:`run_step_action` ``release``); the taint action is then the
+fallback for a run whose release was refused or lost.
 
 Conditions (medik8s vocabulary): ``Processing``, ``FenceAgentActionSucceeded``, ``Succeeded``,
 plus ``FenceVerified`` (the last step's read-back showed a fence holding).
@@ -222,9 +225,16 @@ def _methods_extravars(methods: tuple[FenceMethod, ...]) -> list[dict[str, Any]]
     return [m.to_extravars() for m in methods]
 
 
-def run_step_action(name: str, run: RunRef, config: FenceConfig, namespace: str | None = None) -> Action:
+def run_step_action(
+    name: str, run: RunRef, config: FenceConfig, namespace: str | None = None, release: bool = False
+) -> Action:
     """``run_step`` for ``run``: playbook ``fence_step.yml``, extravars with the node, the fence
-    ConfigMap's name and the step's methods (references only: addresses, plugs, Secret names)."""
+    ConfigMap's name and the step's methods (references only: addresses, plugs, Secret names).
+
+    ``release`` (extravar ``release_workloads``): the same run then adds the out-of-service taint
+    with the evidence of the fence *it* verified -- ``noderemedy.core.node_taint`` refuses anything
+    but a verified, fresh fence of a NotReady node (invariant 1) -- which saves a second
+    ansible-playbook run between the fence and the release (issue 6: creation → taint ≤ 3 s)."""
     return Action(
         kind="run_step",
         playbook=act.PLAYBOOKS["run_step"],
@@ -238,6 +248,7 @@ def run_step_action(name: str, run: RunRef, config: FenceConfig, namespace: str 
             "fence_config": config.configmap,
             "namespace": namespace,
             "methods": _methods_extravars(config.methods(run.step)),
+            "release_workloads": release,
         },
         reason=f"Run{run.step}",
     )
@@ -362,7 +373,8 @@ def decide(
             return _write(_apply_result(name, s, obs.result, node, now, policy), "StepFinished")
         if now < run.not_before:
             return act.wait(run.not_before - now, "RetryBackoff")
-        return run_step_action(name, run, config, namespace)
+        release = run.step != "Recovery" and not obs.taint_present
+        return run_step_action(name, run, config, namespace, release)
 
     # 2. Release workloads as soon as a fence is verified (invariant 1: only with a reading).
     if s.status in ("Running", "Done") and s.step != "Recovery" and not obs.taint_present:

@@ -11,11 +11,13 @@ run ident, and the executor returns a finished run's outcome from its artifacts 
 repeating it) and the last fence reading with the module evidence that proves it (lost on a
 crash: the machine asks for ``verify_fence``).
 
-The one promise (invariant 1): the only path that adds the out-of-service taint is a
-``taint_out_of_service`` action, constructible only from a verified
-:class:`~noderemedy_runner.actions.FenceReading` of that node; the playbook passes the fencing
-module's own evidence to ``noderemedy.core.node_taint``, which checks it again together with the
-node being NotReady.
+The one promise (invariant 1): the out-of-service taint is added only by
+``noderemedy.core.node_taint`` given a fencing module's own evidence of a verified fence, which it
+checks together with the node being NotReady. Two paths get it there: a fence step run with
+``release_workloads`` passes the evidence of the fence that very run read back
+(``playbooks/fence_step.yml``); and a ``taint_out_of_service`` action, constructible only from a
+verified :class:`~noderemedy_runner.actions.FenceReading` of that node, runs with the evidence of
+that reading only (:meth:`_Held.evidence_for`). docs/runner.md "The one promise".
 
 Events (medik8s style, message prefixed ``[remediation]``) are recorded for every state change,
 every run's outcome (ok/changed/failed counts and failed task messages) and every taint change.
@@ -30,6 +32,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from noderemedy_runner import logs
 from noderemedy_runner import metal3 as m3
 from noderemedy_runner.actions import (
     OUT_OF_SERVICE_TAINT_EFFECT,
@@ -202,7 +205,12 @@ class NodeFenceReconciler:
     ) -> float | None:
         """Reconcile NodeFence ``name`` until the machine waits (returns the delay, seconds) or
         has nothing to do (None). Returns None at once when the object is gone or ``cancel``
-        is set. Errors talking to the API propagate (the caller requeues)."""
+        is set. Errors talking to the API propagate (the caller requeues). Every log line
+        written meanwhile names the NodeFence and its node (:func:`logs.scope`)."""
+        with logs.scope(resource=f"NodeFence/{name}"):
+            return self._reconcile(name, cancel, max_actions)
+
+    def _reconcile(self, name: str, cancel: threading.Event | None, max_actions: int) -> float | None:
         cancel = cancel or threading.Event()
         held = self.held(name)
         for _ in range(max_actions):
@@ -214,6 +222,7 @@ class NodeFenceReconciler:
                 return None
             meta = _meta(obj)
             node = str((obj.get("spec") or {}).get("node", ""))
+            logs.set_node(node)
             try:
                 status = NodeFenceStatus.from_dict(obj.get("status"))
             except ValueError as exc:
@@ -339,6 +348,17 @@ class NodeFenceReconciler:
             fence=reading,
         )
         self._run_event(obj, action, outcome, str(action.step))
+        release = outcome.release
+        if release is not None and release.added:
+            kind = reading.kind if reading is not None else "fence"
+            self.kube.event(
+                obj,
+                "Normal",
+                "OutOfServiceTaintAdded",
+                f"out-of-service taint added to node {node} ({kind} verified in run {ident})",
+            )
+        elif release is not None and release.message:
+            self.kube.event(obj, "Warning", "OutOfServiceTaintRefused", f"node {node}: {release.message}")
 
     def _run_event(self, obj: Mapping[str, Any], action: Action, outcome: RunOutcome, what: str) -> None:
         if outcome.succeeded:
@@ -454,7 +474,14 @@ class Metal3RemediationReconciler:
         self, namespace: str, name: str, cancel: threading.Event | None = None, max_actions: int = 100
     ) -> float | None:
         """Reconcile Metal3Remediation ``namespace/name`` until it waits (delay in seconds) or
-        has nothing to do (None)."""
+        has nothing to do (None). Every log line written meanwhile names the object and, once
+        known, its node (:func:`logs.scope`)."""
+        with logs.scope(resource=f"Metal3Remediation/{namespace}/{name}"):
+            return self._reconcile(namespace, name, cancel, max_actions)
+
+    def _reconcile(
+        self, namespace: str, name: str, cancel: threading.Event | None, max_actions: int
+    ) -> float | None:
         cancel = cancel or threading.Event()
         held = self.held(namespace, name)
         where = f"Metal3Remediation {namespace}/{name}"
@@ -482,6 +509,7 @@ class Metal3RemediationReconciler:
             node = None
             if machine is not None:
                 node = ((machine.get("status") or {}).get("nodeRef") or {}).get("name")
+            logs.set_node(node)
             try:
                 host = m3.HostRef.from_object(self._find_host(obj, machine, node))
             except m3.Metal3Error as exc:

@@ -29,6 +29,8 @@ from kubernetes import client, config
 
 from noderemedy_runner.executor import Executor, link_collection
 from noderemedy_runner.kubeio import METAL3REMEDIATION, NODEFENCE, KubeIO
+from noderemedy_runner.logs import bind
+from noderemedy_runner.logs import setup as setup_logs
 from noderemedy_runner.metal3 import LabelSelector, opted_in
 from noderemedy_runner.nodefence import NodeFencePolicy
 from noderemedy_runner.observe import NullObserver, Observer
@@ -166,12 +168,13 @@ class Watcher:
         Any error (API, configuration) is logged, reported to the observer and gives
         :data:`ERROR_REQUEUE_SECONDS`."""
         kind, namespace, name = key
+        resource = f"{kind}/{namespace}/{name}" if namespace else f"{kind}/{name}"
         try:
             if kind == "NodeFence":
                 return self.nodefences.reconcile(name, cancel)
             return self.metal3.reconcile(namespace, name, cancel)
         except Exception as exc:  # noqa: BLE001 - one bad object must not stop the others; requeued
-            log.warning("%s %s/%s: %s: %s", kind, namespace, name, type(exc).__name__, exc)
+            bind(log, resource=resource).warning("%s: %s", type(exc).__name__, exc)
             self.observer.reconcile_error(kind, name, f"{type(exc).__name__}: {exc}")
             return ERROR_REQUEUE_SECONDS
 
@@ -251,9 +254,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--env", action="append", default=[], metavar="K=V", help="extra (non-secret) env for runs"
     )
-    p.add_argument("--log-level", default="INFO")
+    p.add_argument("--log-level", default="info", help="debug, info, warning or error (JSON lines)")
     args = p.parse_args(argv)
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        setup_logs(args.log_level.lower())
+    except ValueError as exc:
+        p.error(str(exc))
     if args.kubeconfig is not None:
         api = config.new_client_from_config(str(args.kubeconfig))  # type: ignore[no-untyped-call]
     else:

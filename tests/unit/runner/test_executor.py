@@ -21,6 +21,7 @@ from noderemedy_runner.executor import (
     method_readings,
     parse_events,
     private_dir_name,
+    release_from_events,
 )
 
 FC_OFF = {"name": "fc-off", "device_type": "fc", "action": "off"}
@@ -85,6 +86,26 @@ def test_parse_events_counts_failures_and_module_results_in_order() -> None:
         ("fc", True, "off", ""),
         ("ipmi", False, "unknown", "auth"),
     ]
+
+
+def taint_res(kind: str = "runner_on_ok", **res: object) -> dict:
+    return ev(kind, task="Release", resolved_action="noderemedy.core.node_taint", res=res)
+
+
+def test_release_task_result_is_read_from_the_events() -> None:
+    fence = fence_res("off", True, "off")
+    assert release_from_events([fence]) is None  # no release task in the run
+    assert release_from_events([fence, taint_res(skipped=True, changed=False)]) is None
+    added = release_from_events([fence, taint_res(changed=True, taints=[{}], added=[{"key": "k"}])])
+    assert added is not None and added.added and added.message == ""
+    already = release_from_events([taint_res(changed=False, taints=[{}], added=[])])
+    assert already is not None and not already.added
+    # failed_when: false turns node_taint's refusal into an ok event carrying its reason
+    refused = release_from_events(
+        [taint_res(failed=False, reason="conflict", msg="node worker-1 is Ready: refusing", node="worker-1")]
+    )
+    assert refused is not None and not refused.added
+    assert refused.message == "conflict: node worker-1 is Ready: refusing"
 
 
 def test_method_readings_pair_methods_with_results_and_distrust_mismatches() -> None:

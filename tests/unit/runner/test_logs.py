@@ -5,10 +5,11 @@ from __future__ import annotations
 import io
 import json
 import logging
+import threading
 
 import pytest
 
-from noderemedy_runner.logs import bind, setup
+from noderemedy_runner.logs import bind, scope, set_node, setup
 
 
 @pytest.fixture
@@ -49,3 +50,32 @@ def test_resource_and_node_on_every_line(stream: io.StringIO) -> None:
 def test_unknown_level() -> None:
     with pytest.raises(ValueError, match="--log-level 'loud'"):
         setup("loud")
+
+
+def test_scope_stamps_lines_of_code_that_does_not_know_the_resource(stream: io.StringIO) -> None:
+    log = logging.getLogger("noderemedy_runner.executor")
+    seen_in_thread: list[dict] = []
+    with scope(resource="NodeFence/nf-1"):
+        log.info("before the node is known")
+        set_node("lab-node-1")
+        log.info("run started")
+        bind(log, resource="Node/lab-node-2", node="lab-node-2").info("bound wins")
+        t = threading.Thread(target=lambda: log.info("other thread"))
+        t.start()
+        t.join()
+        with scope(resource="Metal3Remediation/ns/m"):
+            log.info("nested")
+        log.info("restored")
+    log.info("outside")
+    seen_in_thread = [ln for ln in lines(stream) if ln["msg"] == "other thread"]
+    got = {ln["msg"]: (ln["resource"], ln["node"]) for ln in lines(stream)}
+    assert got == {
+        "before the node is known": ("NodeFence/nf-1", None),
+        "run started": ("NodeFence/nf-1", "lab-node-1"),
+        "bound wins": ("Node/lab-node-2", "lab-node-2"),
+        "other thread": (None, None),  # a context is per thread
+        "nested": ("Metal3Remediation/ns/m", None),
+        "restored": ("NodeFence/nf-1", "lab-node-1"),
+        "outside": (None, None),
+    }
+    assert len(seen_in_thread) == 1

@@ -214,6 +214,31 @@ def test_run_step_extravars_are_references() -> None:
     assert [m["secret_name"] for m in action.extravars["methods"]] == ["fc"]
 
 
+@pytest.mark.parametrize(
+    ("step", "taint_present", "release"),
+    [
+        ("Isolation", False, True),
+        ("PowerManagement", False, True),
+        ("Isolation", True, False),  # released already: the run only fences
+        ("PowerManagement", True, False),
+        ("Recovery", False, False),  # recovery never releases
+    ],
+)
+def test_fence_steps_release_in_the_same_run_only_while_no_taint_is_set(
+    step: str, taint_present: bool, release: bool
+) -> None:
+    phase = {"Isolation": "New", "PowerManagement": "Running", "Recovery": "Done"}[step]
+    action = decide(
+        NAME,
+        status(phase, step, current_run=run_ref(step)),
+        observe(taint_present=taint_present, node_ready=step == "Recovery"),
+        CONFIG,
+        POLICY,
+    )
+    assert action.kind == "run_step" and action.step == step
+    assert action.extravars["release_workloads"] is release
+
+
 def test_run_ident_fits_the_schema_and_stays_distinct() -> None:
     long_a, long_b = "a" * 253, "a" * 252 + "b"
     ident_a = run_ident(long_a, 9, "PowerManagement", 9)
