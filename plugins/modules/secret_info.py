@@ -82,10 +82,7 @@ reason:
   type: str
 """
 
-import base64  # noqa: E402
-import binascii  # noqa: E402
 import traceback  # noqa: E402
-from urllib.parse import quote  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
 
@@ -95,37 +92,8 @@ from ansible_collections.noderemedy.core.plugins.module_utils._kube import (  # 
     KUBERNETES_IMPORT_ERROR,
     KubeError,
     get_api_client,
-    request,
 )
-
-
-def read_secret(client, name, namespace, keys):
-    """Decoded data of Secret ``namespace/name``: ``{key: str}``.
-
-    Raises KubeError (``not_found`` names the Secret; ``invalid`` for a missing key or a value
-    that is not base64/UTF-8, naming the key but never the value).
-    """
-    # a raw GET (no generated CoreV1Api/model classes: importing them costs ~0.8 s per run)
-    path = f"/api/v1/namespaces/{quote(namespace, safe='')}/secrets/{quote(name, safe='')}"
-    try:
-        secret = request(client, "GET", path) or {}
-    except KubeError as exc:
-        if exc.reason == "not_found":
-            raise KubeError(f"Secret {namespace}/{name} not found", "not_found", exc.status) from exc
-        raise
-    raw = secret.get("data") or {}
-    wanted = list(keys) if keys else sorted(raw)
-    out = {}
-    for key in wanted:
-        if key not in raw:
-            raise KubeError(
-                f"Secret {namespace}/{name}: key {key!r} missing; keys are {sorted(raw)}", "invalid"
-            )
-        try:
-            out[key] = base64.b64decode(raw[key]).decode("utf-8")
-        except (binascii.Error, UnicodeDecodeError) as exc:
-            raise KubeError(f"Secret {namespace}/{name}: key {key!r} is not UTF-8 text", "invalid") from exc
-    return out
+from ansible_collections.noderemedy.core.plugins.module_utils._secret import read_secret  # noqa: E402
 
 
 def main():

@@ -15,8 +15,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-
-from noderemedy_lab import pki
+from kube_helpers import identity
 
 pytestmark = [pytest.mark.lab, pytest.mark.kube]
 
@@ -403,17 +402,6 @@ def test_unreachable_api_server(lab_kube, play):
     assert res["failed"] and res["reason"] == "unreachable"
     assert "API server unreachable" in res["msg"]
     assert not unschedulable(lab_kube, FILTER_NODE)
-
-
-def identity(lab, tmp_path: Path, user: str) -> Path:
-    """A kubeconfig for a client certificate of ``user`` minted from the lab CA (no RBAC rights)."""
-    pki_dir = Path(lab.info["kube"]["pki"])
-    work = tmp_path / "pki"
-    work.mkdir(exist_ok=True)
-    for f in ("ca.crt", "ca.key"):
-        (work / f).write_bytes((pki_dir / f).read_bytes())
-    pki.issue_client_cert(work, user, user)
-    return pki.write_kubeconfig(tmp_path / f"{user}.kubeconfig", lab.info["kube"]["server"], work, user)
 
 
 def test_kubeconfig_without_rights(lab_kube, play, tmp_path):
