@@ -132,6 +132,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="ansible-runner working directories (default: $NODEREMEDY_DATA_DIR or %(default)s)",
     )
     act.add_argument(
+        "--metal3-selector",
+        type=_label_selector,
+        default=None,
+        metavar="JSON",
+        help="also reconcile Metal3Remediations whose labels match this metav1.LabelSelector, e.g. "
+        '\'{"matchLabels": {"cluster.x-k8s.io/cluster-name": "lab"}}\' (default: only '
+        "those annotated remediation.noderemedy.io/runner=true; the annotation wins; docs/metal3.md)",
+    )
+    act.add_argument(
         "--dry-run",
         action="store_true",
         help="decide and report (logs, metrics) but act on nothing: no NodeFence, status, Lease, "
@@ -234,6 +243,18 @@ def _api_client(kubeconfig: Path | None) -> Any:
     return api
 
 
+def _label_selector(text: str) -> Any:
+    """argparse type of ``--metal3-selector``: a metav1.LabelSelector in JSON."""
+    import json  # noqa: PLC0415 - only with the flag
+
+    from noderemedy_runner.metal3 import Metal3Error, parse_label_selector  # noqa: PLC0415
+
+    try:
+        return parse_label_selector(json.loads(text), "--metal3-selector")
+    except (ValueError, Metal3Error) as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``noderemedy-runner``; returns the exit code (see module docs)."""
     parser = build_parser()
@@ -317,6 +338,7 @@ def main(argv: list[str] | None = None) -> int:
                 namespace=args.namespace,
                 policy=NodeFencePolicy(grace_seconds=args.grace_seconds),
                 kubeconfig=args.kubeconfig,
+                metal3_selector=args.metal3_selector,
             )
             w = threading.Thread(target=watcher.run, args=(work_stop,), name="watcher", daemon=True)
             w.start()

@@ -13,7 +13,10 @@ and the minimal wrapper :class:`LeaderElector` adds for them:
 * No release on cancel (client-go's ``ReleaseOnCancel``): on a clean stop the wrapper clears
   ``holderIdentity`` and sets ``leaseDurationSeconds: 1`` (what client-go writes), so a
   follower -- whose ``LeaseLock.get`` then sees no holder -- takes over at its next retry
-  instead of waiting out the lease.
+  instead of waiting out the lease. It releases only after ``on_stopped`` returned (the work
+  stopped, in-flight runs cancelled), never before: a follower must not start while this
+  replica still acts. Renewal has ended by then, so a stop slower than the rest of the lease
+  lets a follower in early; the CLI's stop cancels runs at once and joins for at most 35 s.
 * ``electionconfig.Config`` calls ``sys.exit`` on bad timings: the wrapper validates first and
   raises ValueError.
 * A follower takes over ``lease_duration`` seconds after it last *saw the record change*
@@ -167,12 +170,14 @@ class LeaderElector:
         election.renew_loop(failed)
         clean = stop.is_set() and not failed.is_set()
         self.leading.clear()
-        if clean:
-            self.release()
-        else:
+        if not clean:
             self.lost = True
             log.error("leader election: %s lost the Lease %s/%s", self.identity, self.namespace, self.name)
+        # stop acting first, then give the Lease up: releasing first would let a follower start
+        # while this replica's runs are still being cancelled (invariant 2: one active watcher)
         self._on_stopped()
+        if clean:
+            self.release()
         return clean
 
     def release(self) -> bool:

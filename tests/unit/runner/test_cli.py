@@ -52,6 +52,11 @@ def test_installed_entry_point() -> None:
         (["--run-deadline", "-1"], "--run-deadline: -1.0 must be positive"),
         (["--frobnicate"], "unrecognized arguments: --frobnicate"),
         (["--log-level", "loud"], "argument --log-level: invalid choice: 'loud'"),
+        (["--metal3-selector", "{"], "argument --metal3-selector: Expecting property name"),
+        (
+            ["--metal3-selector", '{"matchExpressions": [{"key": "a", "operator": "Near"}]}'],
+            "argument --metal3-selector: --metal3-selector",
+        ),
     ],
 )
 def test_bad_flags(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -114,3 +119,11 @@ def test_defaults() -> None:
         False,
         ":8080",
     )
+
+
+def test_metal3_selector_parses_a_label_selector() -> None:
+    args = build_parser().parse_args(
+        ["--metal3-selector", '{"matchLabels": {"cluster.x-k8s.io/cluster-name": "lab"}}']
+    )
+    assert args.metal3_selector.matches({"cluster.x-k8s.io/cluster-name": "lab"})
+    assert not args.metal3_selector.matches({"cluster.x-k8s.io/cluster-name": "prod"})

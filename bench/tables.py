@@ -1,0 +1,223 @@
+#!/usr/bin/env python3
+"""Markdown tables of the benchmark results in ``bench/results/*.json`` (docs/benchmarks.md).
+
+Every figure printed is copied from a JSON file, unrounded; each table names its file, and the
+date and load fields the file holds (or says that it holds none). Files this script does not know
+are listed, not guessed at.
+
+Usage::
+
+    .venv/bin/python bench/tables.py                          # print the tables
+    .venv/bin/python bench/tables.py --update docs/benchmarks.md
+
+``--update`` replaces the text between the markers ``<!-- bench-tables:begin -->`` and
+``<!-- bench-tables:end -->`` in that file (exit 2 if they are missing) and leaves the rest alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+BEGIN = "<!-- bench-tables:begin -->"
+END = "<!-- bench-tables:end -->"
+DASH = "—"
+
+
+def _v(value: Any, unit: str = "") -> str:
+    """A JSON value as written in the file (no rounding); None/absent as a dash."""
+    if value is None:
+        return DASH
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list):
+        return ", ".join(_v(x, unit) for x in value)
+    return f"{value}{unit}"
+
+
+def _met(ratio: Any, target: Any) -> str:
+    """``ratio <= target`` for files that record both but no verdict; a dash if either is absent."""
+    if isinstance(ratio, int | float) and isinstance(target, int | float):
+        return "yes" if ratio <= target else "no"
+    return DASH
+
+
+def _table(head: list[str], rows: list[list[str]]) -> list[str]:
+    out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    out += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+    return out
+
+
+def _rel(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
+def fencing(doc: Any, name: str) -> list[str]:
+    """``bench/fencing.py``: one row per entry."""
+    m = doc.get("machine") or {}
+    load = m.get("load_average_1m_before_after")
+    lines = [
+        f"Measured `{_v(doc.get('generated_at'))}`; {_v(m.get('cpus'))} CPUs, Python "
+        f"{_v(m.get('python'))}; 1-min load average before/after: {_v(load)}. "
+        f"Statistic: {_v(doc.get('statistic'))}.",
+        "",
+    ]
+    rows = [
+        [
+            _v(e.get("case")),
+            _v(e.get("ours_s"), " s"),
+            f"`{_v(e.get('anchor'))}`",
+            _v(e.get("anchor_s"), " s"),
+            _v(e.get("ratio")),
+            f"≤ {_v(e.get('target'))}" if "target" in e else DASH,
+            _v(e.get("meets_target")) if "meets_target" in e else DASH,
+        ]
+        for e in doc.get("entries") or []
+    ]
+    return lines + _table(["case", "ours", "anchor", "anchor time", "ratio", "target ratio", "met"], rows)
+
+
+def drain(doc: Any, name: str) -> list[str]:
+    """``bench/drain.py``: a list of records sharing date, load and the no-op start-up."""
+    records = doc if isinstance(doc, list) else [doc]
+    first = records[0] if records else {}
+    lines = [
+        f"Measured `{_v(first.get('date'))}`; {_v(first.get('cpus'))} CPUs; 1-min load average per "
+        f"round: {_v(first.get('load_average_1m'))}. Statistic: {_v(first.get('statistic'))} of "
+        f"{_v(first.get('rounds'))} interleaved rounds. Ours: {_v(first.get('ours_command'))}; a no-op "
+        f"`ansible-playbook` run took {_v(first.get('ansible_playbook_noop_s'), ' s')} (median); "
+        f"`node_drain`'s own `elapsed` per round: {_v(first.get('ours_module_elapsed_s'), ' s')}.",
+        "",
+    ]
+    rows = [
+        [
+            _v(r.get("case")),
+            _v(r.get("ours_s"), " s"),
+            f"`{_v(r.get('anchor'))}`",
+            _v(r.get("anchor_s"), " s"),
+            _v(r.get("ratio")),
+            f"≤ {_v(r.get('target_ratio'))}" if r.get("target_ratio") is not None else DASH,
+            _met(r.get("ratio"), r.get("target_ratio")),
+        ]
+        for r in records
+    ]
+    return lines + _table(["case", "ours", "anchor", "anchor time", "ratio", "target ratio", "met"], rows)
+
+
+def watcher(doc: Any, name: str) -> list[str]:
+    """``bench/watcher.py``: detection latency and memory (absolute targets, no anchor)."""
+    m = doc.get("machine") or {}
+    r = doc.get("reaction_s") or {}
+    f = doc.get("reaction_from_first_not_ready_s") or {}
+    rss = doc.get("runner_rss_mb") or {}
+    lines = [
+        f"Measured `{_v(doc.get('generated_at'))}`; {_v(m.get('cpus'))} CPUs, Python "
+        f"{_v(m.get('python'))}; {_v(doc.get('nodes'))} nodes, {_v(doc.get('failed_nodes'))} failing at "
+        "once. The file records no load average. No anchor: the targets are absolute.",
+        "",
+    ]
+    rows = [
+        ["NotReady seen → NodeFence seen, p50", _v(r.get("p50"), " s"), DASH, DASH],
+        [
+            "same, p99",
+            _v(r.get("p99"), " s"),
+            f"≤ {_v(r.get('target_p99'), ' s')}" if "target_p99" in r else DASH,
+            _v(r.get("meets_target")) if "meets_target" in r else DASH,
+        ],
+        ["same, min / max", f"{_v(r.get('min'), ' s')} / {_v(r.get('max'), ' s')}", DASH, DASH],
+        [
+            "from the *first* NotReady, p50 / p99 / max",
+            f"{_v(f.get('p50'), ' s')} / {_v(f.get('p99'), ' s')} / {_v(f.get('max'), ' s')}",
+            DASH,
+            DASH,
+        ],
+        [
+            "failed nodes with a NodeFence",
+            f"{_v(doc.get('victims_with_nodefence_in_api'))} of {_v(doc.get('failed_nodes'))}",
+            DASH,
+            DASH,
+        ],
+        ["NodeFences for other nodes", _v(len(doc.get("nodefences_for_other_nodes") or [])), DASH, DASH],
+        [
+            "runner peak RSS (VmHWM)",
+            _v(rss.get("vm_hwm"), " MB"),
+            f"≤ {_v(rss.get('target'), ' MB')}" if "target" in rss else DASH,
+            _v(rss.get("meets_target")) if "meets_target" in rss else DASH,
+        ],
+        ["first to last of the nodes turning NotReady", _v(doc.get("not_ready_spread_s"), " s"), DASH, DASH],
+    ]
+    return lines + _table(["figure", "value", "target", "met"], rows)
+
+
+def e2e(doc: Any, name: str) -> list[str]:
+    """The demo (``./dev demo``): seconds from the power cut to each step."""
+    lines = [
+        f"{_v(doc.get('description'))}. The file records no date and no load average.",
+        "",
+    ]
+    rows = [[f"`{_v(c.get('case'))}`", _v(c.get("seconds"), " s")] for c in doc.get("cases") or []]
+    return lines + _table(["step", "since the power cut"], rows)
+
+
+#: file name → (title, renderer). Order of the page.
+KNOWN: dict[str, tuple[str, Callable[[Any, str], list[str]]]] = {
+    "e2e.json": ("End to end: the demo", e2e),
+    "fencing.json": ("Fencing modules vs the fence agents", fencing),
+    "drain.json": ("Drain vs `kubectl drain` and `kubernetes.core.k8s_drain`", drain),
+    "watcher.json": ("Detection at 1,000 nodes", watcher),
+}
+
+
+def render(results: Path) -> str:
+    """The markdown for every ``*.json`` in ``results``."""
+    files = {p.name: p for p in sorted(results.glob("*.json"))}
+    out: list[str] = []
+    for fname, (title, fn) in KNOWN.items():
+        path = files.pop(fname, None)
+        out += [f"### {title}", ""]
+        if path is None:
+            out += [f"`{_rel(results / fname)}`: not present.", ""]
+            continue
+        out += [f"From `{_rel(path)}`.", ""]
+        out += fn(json.loads(path.read_text()), fname)
+        out.append("")
+    for fname, path in files.items():
+        out += [f"### `{fname}`", "", f"`{_rel(path)}`: no table for this file in bench/tables.py.", ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def update(doc_path: Path, tables: str) -> None:
+    """Replace the marked block of ``doc_path`` with ``tables``; SystemExit(2) without markers."""
+    text = doc_path.read_text()
+    start, end = text.find(BEGIN), text.find(END)
+    if start < 0 or end < start:
+        print(f"{doc_path}: markers {BEGIN} ... {END} not found", file=sys.stderr)
+        raise SystemExit(2)
+    new = text[: start + len(BEGIN)] + "\n" + tables + text[end:]
+    doc_path.write_text(new)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--results", type=Path, default=RESULTS, help="directory of the JSON files")
+    p.add_argument("--update", type=Path, metavar="FILE", help="rewrite the marked block of FILE")
+    args = p.parse_args(argv)
+    tables = render(args.results)
+    if args.update:
+        update(args.update, tables)
+    else:
+        sys.stdout.write(tables)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
