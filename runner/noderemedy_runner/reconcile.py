@@ -351,14 +351,18 @@ class NodeFenceReconciler:
         release = outcome.release
         if release is not None and release.added:
             kind = reading.kind if reading is not None else "fence"
-            self.kube.event(
+            taint_event(
+                self.kube,
                 obj,
+                node,
                 "Normal",
                 "OutOfServiceTaintAdded",
                 f"out-of-service taint added to node {node} ({kind} verified in run {ident})",
             )
         elif release is not None and release.message:
-            self.kube.event(obj, "Warning", "OutOfServiceTaintRefused", f"node {node}: {release.message}")
+            taint_event(
+                self.kube, obj, node, "Warning", "OutOfServiceTaintRefused", f"node {node}: {release.message}"
+            )
 
     def _run_event(self, obj: Mapping[str, Any], action: Action, outcome: RunOutcome, what: str) -> None:
         if outcome.succeeded:
@@ -393,14 +397,18 @@ class NodeFenceReconciler:
                 if verb == "add"
                 else f"out-of-service taint removed from node {node}"
             )
-            self.kube.event(
-                obj, "Normal", "OutOfServiceTaintAdded" if verb == "add" else "OutOfServiceTaintRemoved", what
-            )
+            reason = "OutOfServiceTaintAdded" if verb == "add" else "OutOfServiceTaintRemoved"
+            taint_event(self.kube, obj, node, "Normal", reason, what)
             return True
         if verb == "add":
             held.reading, held.evidence = None, None  # read the fence again before another try
-        self.kube.event(
-            obj, "Warning", "OutOfServiceTaintFailed", f"{verb} taint on {node}: {outcome.summary()}"
+        taint_event(
+            self.kube,
+            obj,
+            node,
+            "Warning",
+            "OutOfServiceTaintFailed",
+            f"{verb} taint on {node}: {outcome.summary()}",
         )
         return False
 
@@ -663,13 +671,32 @@ class Metal3RemediationReconciler:
             if not outcome.succeeded:
                 if verb == "add":
                     held.reading, held.evidence = None, None
-                self.kube.event(obj, "Warning", "OutOfServiceTaintFailed", f"{verb}: {outcome.summary()}")
+                taint_event(
+                    self.kube,
+                    obj,
+                    str(node or ""),
+                    "Warning",
+                    "OutOfServiceTaintFailed",
+                    f"{verb}: {outcome.summary()}",
+                )
                 return False
-            self.kube.event(
-                obj, "Normal", "OutOfServiceTaint" + ("Added" if verb == "add" else "Removed"), f"node {node}"
-            )
+            reason = "OutOfServiceTaint" + ("Added" if verb == "add" else "Removed")
+            taint_event(self.kube, obj, str(node or ""), "Normal", reason, f"node {node}")
             return True
         raise ValueError(f"Metal3Remediation {namespace}/{name}: unexpected action {action.kind}")
+
+
+def taint_event(
+    kube: KubeIO, obj: Mapping[str, Any], node: str, type_: str, reason: str, message: str
+) -> None:
+    """Record an out-of-service taint Event (added, removed, refused, failed) on the custom
+    resource ``obj`` and on Node ``node`` too (issue 7: Events on the Node for each transition and
+    refusal), so ``kubectl describe node`` shows why its pods went away. Best effort, as
+    :meth:`KubeIO.event`."""
+    kube.event(obj, type_, reason, message)
+    node_obj = kube.get_node(node) if node else None
+    if node_obj is not None:
+        kube.event({**node_obj, "apiVersion": "v1", "kind": "Node"}, type_, reason, message)
 
 
 def _resting(status: NodeFenceStatus, policy: NodeFencePolicy) -> bool:

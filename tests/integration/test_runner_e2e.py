@@ -491,6 +491,13 @@ def test_nodefence_fences_releases_and_recovers_a_dead_node(
             f"[remediation] out-of-service taint added to node {DEAD} (storage_isolated verified in run {name}-r0-isolation-a0)"
         ], added
         assert "OutOfServiceTaintRemoved" in reasons and "RemediationFinished" in reasons
+        # the Node shows the release and the recovery too (kubectl describe node)
+        node_obj = client.CoreV1Api(api).read_node(DEAD).to_dict()
+        on_node = [(e.reason, e.message) for e in events_of(api, node_obj) if "OutOfServiceTaint" in e.reason]
+        assert (
+            "OutOfServiceTaintAdded",
+            f"[remediation] out-of-service taint added to node {DEAD} (storage_isolated verified in run {name}-r0-isolation-a0)",
+        ) in on_node and "OutOfServiceTaintRemoved" in [r for r, _ in on_node], on_node
         assert all(e.message.startswith("[remediation] ") for e in events_of(api, obj))
         # every line the reconciler and the executor wrote about it names the NodeFence and its node
         about = [ln for ln in r.lines() if ln["logger"].split(".")[-1] in ("reconcile", "executor")]
