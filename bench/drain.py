@@ -16,10 +16,16 @@ k8s_drain) and the raw samples; a third record compares the two Ansible modules 
 the start-up of a no-op ``ansible-playbook`` run (measured each round). Prints the ratios. No
 assertion: the figures are data.
 
-Usage: ``.venv/bin/python bench/drain.py [--rounds 3] [--pods 110] [--port-base 27000]``.
-kubernetes.core and ansible.posix (its ``json`` stdout callback) are looked up under
-``~/.cache/noderemedy/collections`` (``ansible-galaxy collection install kubernetes.core ansible.posix
--p ~/.cache/noderemedy/collections``, or extracted from the wheel of PyPI's ``ansible`` package).
+Usage: ``.venv/bin/python bench/drain.py [--rounds 5] [--pods 110] [--port-base N]`` (``--port-base``
+defaults to ``$NODEREMEDY_LAB_PORT_BASE``, else 27000); starts and stops its own lab (3 kwok nodes).
+
+Requirements, fetched by the script itself on first use (only PyPI is needed, not Galaxy):
+kubernetes.core 6.x, taken from the wheel of PyPI's ``ansible`` package (which bundles it):
+``pip download ansible==12.3.0 --no-deps`` into ``$NODEREMEDY_CACHE/pip`` (default
+``~/.cache/noderemedy/pip``), then only ``ansible_collections/kubernetes/core`` is extracted to
+``$NODEREMEDY_CACHE/collections`` (about 1 MB; the wheel is about 55 MB and is kept for the next run).
+The ``json`` stdout callback used to read results is the repository's own
+``tests/callback_plugins/nr_json.py`` (no ansible.posix needed). Exit status 2 if the download fails.
 """
 
 from __future__ import annotations
@@ -27,11 +33,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import zipfile
 from pathlib import Path
 
 import yaml
@@ -44,6 +52,60 @@ from noderemedy_lab.lab import Lab  # noqa: E402
 
 NODE = "lab-node-0"
 NS = "bench-drain"
+
+#: The PyPI ``ansible`` release whose wheel bundles the kubernetes.core we compare against (6.2.0).
+ANSIBLE_WHEEL_VERSION = "12.3.0"
+KUBERNETES_CORE_MAJOR = "6."
+
+
+def ensure_kubernetes_core(cache: Path) -> tuple[Path, str]:
+    """Make kubernetes.core 6.x available under ``cache/collections``; fetch it from PyPI if missing.
+
+    Downloads ``ansible==ANSIBLE_WHEEL_VERSION`` (``pip download --no-deps``) into ``cache/pip``
+    unless the wheel is there already, and extracts only ``ansible_collections/kubernetes/core``.
+
+    Returns:
+        ``(collections root for ANSIBLE_COLLECTIONS_PATH, kubernetes.core version)``.
+
+    Raises:
+        RuntimeError: the download failed, or the collection found is not 6.x.
+    """
+    root = cache / "collections"
+    target = root / "ansible_collections" / "kubernetes" / "core"
+    manifest = target / "MANIFEST.json"
+    if not manifest.is_file():
+        wheel_dir = cache / "pip"
+        wheel = wheel_dir / f"ansible-{ANSIBLE_WHEEL_VERSION}-py3-none-any.whl"
+        if not wheel.is_file():
+            print(
+                f"fetching kubernetes.core: pip download ansible=={ANSIBLE_WHEEL_VERSION} (~55 MB)",
+                flush=True,
+            )
+            out = subprocess.run(
+                [
+                    sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                    "-d", str(wheel_dir), f"ansible=={ANSIBLE_WHEEL_VERSION}",
+                ],
+                capture_output=True, text=True, check=False,
+            )  # fmt: skip
+            if out.returncode != 0 or not wheel.is_file():
+                raise RuntimeError(
+                    f"pip download ansible=={ANSIBLE_WHEEL_VERSION} failed:\n{out.stderr[-2000:]}"
+                )
+        prefix = "ansible_collections/kubernetes/core/"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=target.parent) as tmp, zipfile.ZipFile(wheel) as whl:
+            members = [m for m in whl.namelist() if m.startswith(prefix) and ".." not in m.split("/")]
+            whl.extractall(tmp, members)
+            if target.exists():
+                shutil.rmtree(target)
+            os.replace(Path(tmp) / prefix, target)
+    version = json.loads(manifest.read_text())["collection_info"]["version"]
+    if not version.startswith(KUBERNETES_CORE_MAJOR):
+        raise RuntimeError(
+            f"kubernetes.core {version} under {root}: want {KUBERNETES_CORE_MAJOR}x; remove it"
+        )
+    return root, version
 
 
 def kubectl(lab: Lab, *args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -150,17 +212,20 @@ def run_tool(tool: str, lab: Lab, workdir: Path, env: dict) -> tuple[float, dict
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--pods", type=int, default=110)
-    parser.add_argument("--port-base", type=int, default=27000)
+    parser.add_argument(
+        "--port-base", type=int, default=int(os.environ.get("NODEREMEDY_LAB_PORT_BASE", "27000"))
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "drain.json")
     args = parser.parse_args()
 
-    collections = cache_dir() / "collections"
-    for needed in ("kubernetes/core", "ansible/posix"):
-        if not (collections / "ansible_collections" / needed).is_dir():
-            print(f"{needed} not found under {collections}; see this script's docstring", file=sys.stderr)
-            return 2
+    try:
+        collections, k8s_core = ensure_kubernetes_core(cache_dir())
+    except RuntimeError as exc:
+        print(f"kubernetes.core: {exc}", file=sys.stderr)
+        return 2
+    k8s_anchor = f"kubernetes.core.k8s_drain ({k8s_core}, delete_options.wait_timeout set)"
     with tempfile.TemporaryDirectory(prefix="bench-drain-") as tmp:
         workdir = Path(tmp)
         ours_root = workdir / "collections" / "ansible_collections" / "noderemedy"
@@ -170,7 +235,8 @@ def main() -> int:
         env.update(
             {
                 "ANSIBLE_COLLECTIONS_PATH": f"{workdir / 'collections'}:{collections}",
-                "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json",
+                "ANSIBLE_STDOUT_CALLBACK": "nr_json",
+                "ANSIBLE_CALLBACK_PLUGINS": str(ROOT / "tests" / "callback_plugins"),
                 "ANSIBLE_PYTHON_INTERPRETER": sys.executable,
                 "ANSIBLE_LOCALHOST_WARNING": "False",
                 "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False",
@@ -180,21 +246,23 @@ def main() -> int:
         lab = Lab(LabConfig(workdir=workdir / "lab", nodes=3, port_base=args.port_base, devices=False))
         lab.start(progress=lambda line: print(f"[lab] {line}", flush=True))
         samples: dict[str, list[float]] = {"ours": [], "kubectl": [], "k8s_drain": [], "noop": []}
-        loads: list[float] = []
+        loads: dict[str, list[float]] = {key: [] for key in samples}
         extra: list[dict] = []
         try:
             setup(lab, args.pods, workdir)
             for rnd in range(args.rounds):
+                loads["noop"].append(round(os.getloadavg()[0], 2))
                 wall, _ = run_tool("noop", lab, workdir, env)
                 samples["noop"].append(round(wall, 3))
-                loads.append(round(os.getloadavg()[0], 2))
                 print(
-                    f"round {rnd + 1} {'noop':10s} {wall:7.2f} s (ansible-playbook with one ping task)",
+                    f"round {rnd + 1} {'noop':10s} {wall:7.2f} s (ansible-playbook with one ping task)"
+                    f" load {loads['noop'][-1]}",
                     flush=True,
                 )
                 for tool in ("ours", "kubectl", "k8s_drain"):
                     kubectl(lab, "uncordon", NODE)
                     before = wait_full(lab, args.pods)
+                    loads[tool].append(round(os.getloadavg()[0], 2))
                     wall, details = run_tool(tool, lab, workdir, env)
                     left = {p["metadata"]["uid"] for p in pods_on_node(lab)} & before
                     if left:
@@ -202,7 +270,10 @@ def main() -> int:
                     samples[tool].append(round(wall, 3))
                     if details:
                         extra.append(details)
-                    print(f"round {rnd + 1} {tool:10s} {wall:7.2f} s {details or ''}", flush=True)
+                    print(
+                        f"round {rnd + 1} {tool:10s} {wall:7.2f} s {details or ''} load {loads[tool][-1]}",
+                        flush=True,
+                    )
             kubectl(lab, "uncordon", NODE)
         finally:
             lab.stop()
@@ -216,14 +287,14 @@ def main() -> int:
         "ansible_playbook_noop_samples_s": samples["noop"],
         "ours_module_elapsed_s": [e["module_elapsed_s"] for e in extra],
         "ours_command": "ansible-playbook (one task: noderemedy.core.node_drain)",
-        "load_average_1m": loads,
+        "load_average_1m_before_each_run": loads,
         "cpus": os.cpu_count(),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     records = []
     for anchor, key, target in (
         ("kubectl drain (v1.34.4)", "kubectl", 1.0),
-        ("kubernetes.core.k8s_drain (6.2.0, delete_options.wait_timeout set)", "k8s_drain", 0.2),
+        (k8s_anchor, "k8s_drain", 0.2),
     ):
         anchor_s = round(statistics.median(samples[key]), 3)
         records.append(
@@ -236,6 +307,10 @@ def main() -> int:
                 "target_ratio": target,
                 "ours_samples_s": samples["ours"],
                 "anchor_samples_s": samples[key],
+                # per round, so a ratio is not skewed by a load spike hitting one tool only
+                "ratio_per_round": [
+                    round(o / a, 3) for o, a in zip(samples["ours"], samples[key], strict=True)
+                ],
                 **common,
             }
         )
@@ -248,7 +323,7 @@ def main() -> int:
         {
             "case": f"drain {args.pods} pods, Ansible modules only: wall time minus a no-op ansible-playbook run",
             "ours_s": round(ours - noop, 3),
-            "anchor": "kubernetes.core.k8s_drain (6.2.0, delete_options.wait_timeout set)",
+            "anchor": k8s_anchor,
             "anchor_s": round(k8s - noop, 3),
             "ratio": round((ours - noop) / (k8s - noop), 3),
             "target_ratio": 0.2,

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import queue
 import threading
 import time
 from collections.abc import Callable
@@ -59,6 +60,11 @@ NAMESPACE_TERMINATING = "NamespaceTerminating"
 
 #: Seconds between full lists of the node's pods while a watch reports deletions (a safety net).
 LIST_RESYNC = 5.0
+
+#: Parallel eviction requests. Each worker holds one HTTP/1.1 connection (one TLS handshake, on
+#: both ends, the first time), and a small API server is saturated well before that many requests
+#: are in flight; more workers only add handshakes and thread switching (bench/drain.py).
+EVICTION_WORKERS = 16
 
 #: kubectl's delay before retrying an eviction refused with 429, in seconds (drain.go).
 EVICTION_RETRY_DELAY = 5.0
@@ -97,7 +103,8 @@ class DrainOptions:
             waited for (0 disables).
         pod_selector: label selector; only matching pods are drained.
         retry_delay: seconds before retrying an eviction refused with 429.
-        poll_interval: seconds between checks that evicted pods are gone.
+        poll_interval: seconds between lists of the node's pods while the watch that reports
+            deletions is down (it is normally up: deletions are then seen as they happen).
     """
 
     force: bool = False
@@ -370,10 +377,20 @@ class PodWatch(threading.Thread):
         node: the node's name.
         resource_version: where to start (from the LIST the drain decided on), so no event is missed.
         timeout: seconds the server keeps the watch open.
+        notify: called (from the watch's thread) after each event that marks a pod deleted or
+            terminating, and once when the stream ends, so the caller need not poll.
     """
 
-    def __init__(self, client: Any, node: str, resource_version: str, timeout: float) -> None:
+    def __init__(
+        self,
+        client: Any,
+        node: str,
+        resource_version: str,
+        timeout: float,
+        notify: Callable[[], None] | None = None,
+    ) -> None:
         super().__init__(name=f"watch-pods-{node}", daemon=True)
+        self.notify = notify or (lambda: None)
         self.client = client
         self.node = node
         self.resource_version = resource_version
@@ -382,6 +399,8 @@ class PodWatch(threading.Thread):
         self.deletion_timestamps: dict[str, str] = {}
         self.healthy = bool(resource_version)
         self.started_streaming = threading.Event()
+        self._new_deleted: set[str] = set()
+        self._new_stamps: dict[str, str] = {}
         self._response: Any = None
         self._lock = threading.Lock()
 
@@ -389,6 +408,14 @@ class PodWatch(threading.Thread):
         """``(deleted UIDs, {uid: deletionTimestamp})`` seen so far (copies)."""
         with self._lock:
             return set(self.deleted), dict(self.deletion_timestamps)
+
+    def take(self) -> tuple[set[str], dict[str, str]]:
+        """Like :meth:`snapshot`, but only what was seen since the previous ``take`` (cheap to
+        call after every event; the caller accumulates)."""
+        with self._lock:
+            deleted, stamps = self._new_deleted, self._new_stamps
+            self._new_deleted, self._new_stamps = set(), {}
+        return deleted, stamps
 
     def run(self) -> None:
         try:
@@ -421,6 +448,7 @@ class PodWatch(threading.Thread):
         finally:
             self.healthy = False
             self.started_streaming.set()
+            self.notify()
 
     def _event(self, event: dict[str, Any]) -> bool:
         kind = event.get("type")
@@ -433,8 +461,16 @@ class PodWatch(threading.Thread):
         with self._lock:
             if kind == "DELETED":
                 self.deleted.add(uid)
-            elif meta.get("deletionTimestamp"):
+                self._new_deleted.add(uid)
+            elif (
+                meta.get("deletionTimestamp")
+                and self.deletion_timestamps.get(uid) != meta["deletionTimestamp"]
+            ):
                 self.deletion_timestamps[uid] = meta["deletionTimestamp"]
+                self._new_stamps[uid] = meta["deletionTimestamp"]
+            else:
+                return True
+        self.notify()
         return True
 
     def stop(self) -> None:
@@ -462,9 +498,10 @@ class Drainer:
         node: the node's name.
         opts: :class:`DrainOptions`.
         dry_run: server-side dry run (``dryRun=All``): nothing is persisted; nothing is waited for.
-        clock: monotonic seconds (tests may pass their own).
-        sleep: ``sleep(seconds)``.
-        max_workers: parallel eviction requests.
+        clock: monotonic seconds, for deadlines and retry delays (waiting itself blocks on a queue
+            in real time, woken by eviction results and watch events).
+        max_workers: parallel eviction requests (threads, each with its own pooled HTTP connection);
+            default :data:`EVICTION_WORKERS`.
     """
 
     def __init__(
@@ -474,8 +511,7 @@ class Drainer:
         opts: DrainOptions,
         dry_run: bool = False,
         clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
-        max_workers: int = 48,
+        max_workers: int = 0,
     ) -> None:
         if not node:
             raise KubeError("name: the node's name must not be empty", "invalid")
@@ -484,8 +520,7 @@ class Drainer:
         self.opts = opts
         self.dry_run = dry_run
         self.clock = clock
-        self.sleep = sleep
-        self.max_workers = max_workers
+        self.max_workers = max_workers if max_workers > 0 else EVICTION_WORKERS
         self._ds_cache: dict[tuple[str, str], bool] = {}
         self.last_resource_version = ""
 
@@ -725,15 +760,17 @@ class Drainer:
     ) -> None:
         """Evict/delete ``todo`` in parallel, retry 429s, wait until gone; fill ``result``.
 
-        Deletions are seen through a :class:`PodWatch` started at the resourceVersion of the list
-        the filters ran on; when the watch is not healthy the node's pods are listed every
-        ``poll_interval`` seconds instead, and every ``LIST_RESYNC`` seconds regardless.
+        Event-driven: eviction results (from the worker threads) and the :class:`PodWatch`'s
+        notifications arrive on one queue, so the loop wakes the moment something happens and
+        never busy-polls. Deletions are seen through the watch, started at the resourceVersion of
+        the list the filters ran on; while the watch is not healthy the node's pods are listed every
+        ``poll_interval`` seconds instead, and every ``LIST_RESYNC`` seconds regardless (a safety net).
         """
         opts = self.opts
         deadline = start + opts.timeout if opts.timeout > 0 else None
         due: dict[str, float] = {d.uid: self.clock() for d in todo}  # queued attempts
         by_uid = {d.uid: d for d in todo}
-        inflight: dict[concurrent.futures.Future, str] = {}
+        inflight = 0
         accepted: set[str] = set()
         done: set[str] = set()
         blocked: dict[str, str] = {}
@@ -741,10 +778,24 @@ class Drainer:
         failed_reason = "other"
         timed_out = False
         last_list = self.clock()
+        seen_deleted: set[str] = set()
+        seen_stamps: dict[str, str] = {}
+        events: queue.SimpleQueue = queue.SimpleQueue()
         watch = None
         if not self.dry_run:
-            watch = PodWatch(self.client, self.node, self.last_resource_version, opts.timeout or 3600)
+            watch = PodWatch(
+                self.client,
+                self.node,
+                self.last_resource_version,
+                opts.timeout or 3600,
+                notify=lambda: events.put(None),
+            )
             watch.start()
+
+        def submit(pool: concurrent.futures.ThreadPoolExecutor, uid: str) -> None:
+            fut = pool.submit(self.remove_pod, by_uid[uid], use_eviction)
+            fut.add_done_callback(lambda f: events.put((uid, f)))
+
         try:
             with concurrent.futures.ThreadPoolExecutor(max_workers=min(self.max_workers, len(todo))) as pool:
                 while True:
@@ -755,59 +806,67 @@ class Drainer:
                     if not failed and not timed_out:
                         for uid in [u for u, t in due.items() if t <= now]:
                             del due[uid]
-                            inflight[pool.submit(self.remove_pod, by_uid[uid], use_eviction)] = uid
-                    if inflight:
-                        finished, _pending = concurrent.futures.wait(
-                            list(inflight),
-                            timeout=opts.poll_interval,
-                            return_when=concurrent.futures.FIRST_COMPLETED,
-                        )
-                        for fut in finished:
-                            uid = inflight.pop(fut)
-                            outcome, message, reason = fut.result()
-                            if outcome == _ACCEPTED:
-                                blocked.pop(uid, None)
-                                accepted.add(uid)
-                                if self.dry_run:
-                                    done.add(uid)
-                            elif outcome == _GONE:
-                                blocked.pop(uid, None)
+                            submit(pool, uid)
+                            inflight += 1
+                    # everything that arrived: eviction results (uid, future) and watch wake-ups (None)
+                    while True:
+                        try:
+                            item = events.get_nowait()
+                        except queue.Empty:
+                            break
+                        if item is None:
+                            continue
+                        uid, fut = item
+                        inflight -= 1
+                        outcome, message, reason = fut.result()
+                        if outcome == _ACCEPTED:
+                            blocked.pop(uid, None)
+                            accepted.add(uid)
+                            if self.dry_run:
                                 done.add(uid)
-                            elif outcome == _RETRY:
-                                blocked[uid] = message
-                                if self.dry_run or timed_out:
-                                    continue
-                                result.retries += 1
-                                delay = opts.retry_delay
-                                if deadline is not None:
-                                    delay = min(delay, max(0.0, deadline - self.clock()))
-                                due[uid] = self.clock() + delay
-                            else:
-                                failed[uid] = message
-                                failed_reason = reason or "other"
-                                due.clear()
+                        elif outcome == _GONE:
+                            blocked.pop(uid, None)
+                            done.add(uid)
+                        elif outcome == _RETRY:
+                            blocked[uid] = message
+                            if self.dry_run or timed_out:
+                                continue
+                            result.retries += 1
+                            delay = opts.retry_delay
+                            if deadline is not None:
+                                delay = min(delay, max(0.0, deadline - self.clock()))
+                            due[uid] = self.clock() + delay
+                        else:
+                            failed[uid] = message
+                            failed_reason = reason or "other"
+                            due.clear()
                     waiting = accepted - done
                     if waiting and watch is not None:
-                        if watch.healthy:
-                            self._seen_by_watch(watch, waiting, done)
+                        deleted, stamps = watch.take()
+                        seen_deleted |= deleted
+                        seen_stamps.update(stamps)
+                        self._seen_by_watch(seen_deleted, seen_stamps, waiting, done)
                         if not watch.healthy or self.clock() - last_list >= LIST_RESYNC:
                             if self.clock() - last_list >= opts.poll_interval:
                                 last_list = self.clock()
                                 self._check_gone(waiting, done)
                         waiting = accepted - done
-                    if not inflight:
-                        if failed or timed_out or self.dry_run or (not due and not waiting):
-                            break
-                        wake = min(
-                            *due.values(),
-                            self.clock() + opts.poll_interval,
-                            self.clock() + opts.poll_interval / 4
-                            if waiting
-                            else self.clock() + opts.poll_interval,
-                        )
-                        if deadline is not None:
-                            wake = min(wake, deadline)
-                        self.sleep(max(0.0, wake - self.clock()))
+                    if not inflight and (failed or timed_out or self.dry_run or (not due and not waiting)):
+                        break
+                    # sleep until the next event, retry, list, skip-wait check or the deadline
+                    wake = min(due.values(), default=float("inf"))
+                    if waiting:
+                        healthy = watch is not None and watch.healthy
+                        wake = min(wake, last_list + (LIST_RESYNC if healthy else opts.poll_interval))
+                        if opts.skip_wait_for_delete_timeout > 0:
+                            wake = min(wake, self.clock() + 1.0)
+                    if deadline is not None and not timed_out:
+                        wake = min(wake, deadline)
+                    try:
+                        item = events.get(timeout=max(0.0, min(wake - self.clock(), 3600.0)))
+                    except queue.Empty:
+                        continue
+                    events.put(item)  # handled at the top of the loop, with whatever else arrived
         finally:
             if watch is not None:
                 watch.stop()
@@ -847,9 +906,11 @@ class Drainer:
                 result,
             )
 
-    def _seen_by_watch(self, watch: PodWatch, waiting: set[str], done: set[str]) -> None:
-        """Mark pods of ``waiting`` the watch saw deleted (or terminating too long) as done."""
-        deleted, stamps = watch.snapshot()
+    def _seen_by_watch(
+        self, deleted: set[str], stamps: dict[str, str], waiting: set[str], done: set[str]
+    ) -> None:
+        """Mark pods of ``waiting`` the watch saw deleted (``deleted`` UIDs) or terminating longer
+        than ``skip_wait_for_delete_timeout`` (``stamps``: uid -> deletionTimestamp) as done."""
         done.update(waiting & deleted)
         limit = self.opts.skip_wait_for_delete_timeout
         if limit > 0:

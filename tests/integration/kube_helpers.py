@@ -1,11 +1,74 @@
-"""Helpers shared by the integration tests that talk to the lab's API server."""
+"""Helpers shared by the integration tests that talk to the lab's API server and BMCs."""
 
 from __future__ import annotations
 
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from noderemedy_lab import pki
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.25) -> Any:
+    """Poll ``predicate`` until it returns something truthy (returned); AssertionError naming
+    ``what`` and the last value after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}; last: {last!r}")
+
+
+def kjson(lab: Any, *args: str) -> dict:
+    """``kubectl <args> -o json`` through the lab's kubectl, decoded; fails the test on an error."""
+    out = lab.kubectl(*args, "-o", "json")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def apply(lab: Any, tmp: Path, *docs: dict) -> None:
+    """``kubectl apply`` of ``docs`` (one v1 List written under ``tmp``); fails the test on an error."""
+    path = tmp / f"m-{uuid.uuid4().hex[:6]}.json"
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": list(docs)}))
+    out = lab.kubectl("apply", "-f", str(path))
+    assert out.returncode == 0, out.stderr
+
+
+@contextmanager
+def namespace(lab: Any, prefix: str, wait: bool = True) -> Iterator[str]:
+    """A fresh namespace ``<prefix>-<8 hex>``; deleted after the block (``wait``: until gone, so
+    no pod of one test is left on a node for the next)."""
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    assert lab.kubectl("create", "namespace", name).returncode == 0
+    try:
+        yield name
+    finally:
+        lab.kubectl("delete", "namespace", name, "--timeout=90s" if wait else "--wait=false")
+
+
+def fence_task(lab: Any, node: str) -> dict:
+    """A task powering ``node`` off through its real BMC with noderemedy.core.ipmi_power
+    (verified by read-back), named ``fence``."""
+    bmc = lab.info["devices"]["bmcs"][node]
+    return {
+        "name": "fence",
+        "noderemedy.core.ipmi_power": {
+            "ipaddr": bmc["host"],
+            "ipport": bmc["port"],
+            "username": bmc["username"],
+            "password": bmc["password"],
+            "cipher": bmc["cipher"],
+            "state": "off",
+        },
+        "ignore_errors": True,
+    }
 
 
 def identity(lab: Any, tmp_path: Path, user: str) -> Path:
@@ -17,3 +80,37 @@ def identity(lab: Any, tmp_path: Path, user: str) -> Path:
         (work / f).write_bytes((pki_dir / f).read_bytes())
     pki.issue_client_cert(work, user, user)
     return pki.write_kubeconfig(tmp_path / f"{user}.kubeconfig", lab.info["kube"]["server"], work, user)
+
+
+def prefer_node(preferred: str, allowed: list[str]) -> dict:
+    """A pod ``affinity`` that allows only the nodes ``allowed`` and prefers ``preferred``: the pod
+    starts on ``preferred`` and, once that node is gone, can only move to the others."""
+
+    def hostname_in(nodes: list[str]) -> dict:
+        return {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": nodes}]}
+
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [hostname_in(allowed)]},
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 100, "preference": hostname_in([preferred])}
+            ],
+        }
+    }
+
+
+def statefulset(namespace: str, name: str, pod_spec: dict, **spec: Any) -> dict:
+    """A one-replica StatefulSet manifest ``namespace/name`` (label ``app: <name>``) running
+    ``pod_spec``; ``spec`` adds fields such as ``volumeClaimTemplates``."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "replicas": 1,
+            "serviceName": name,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": pod_spec},
+            **spec,
+        },
+    }

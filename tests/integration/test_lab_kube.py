@@ -6,42 +6,24 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 
 import pytest
+from kube_helpers import kjson, wait_for
+from kube_helpers import namespace as kube_namespace
 
 pytestmark = [pytest.mark.lab, pytest.mark.kube]
 
 
-def _wait(predicate, timeout: float, what: str, interval: float = 0.25):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}; last: {last!r}")
-
-
-def _json(lab, *args):
-    out = lab.kubectl(*args, "-o", "json")
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)
-
-
 @pytest.fixture
 def namespace(lab_kube):
-    name = f"t-{uuid.uuid4().hex[:8]}"
-    assert lab_kube.kubectl("create", "namespace", name).returncode == 0
-    yield name
-    lab_kube.kubectl("delete", "namespace", name, "--wait=false")
+    with kube_namespace(lab_kube, "t", wait=False) as name:
+        yield name
 
 
 def test_control_plane_versions_and_nodes(lab_kube):
-    version = _json(lab_kube, "version")
+    version = kjson(lab_kube, "version")
     assert version["serverVersion"]["gitVersion"] == "v1.34.4"
-    nodes = _json(lab_kube, "get", "nodes")["items"]
+    nodes = kjson(lab_kube, "get", "nodes")["items"]
     names = sorted(n["metadata"]["name"] for n in nodes)
     assert names == sorted(lab_kube.info["nodes"])
     for node in nodes:
@@ -63,10 +45,10 @@ def test_pod_is_scheduled_and_running_on_a_kwok_node(lab_kube, namespace):
     assert res.returncode == 0, res.stderr
 
     def running():
-        pod = _json(lab_kube, "-n", namespace, "get", "pod", "web")
+        pod = kjson(lab_kube, "-n", namespace, "get", "pod", "web")
         return pod if pod["status"].get("phase") == "Running" else None
 
-    pod = _wait(running, 60, "pod web Running")
+    pod = wait_for(running, 60, "pod web Running")
     assert pod["spec"]["nodeName"] in lab_kube.info["nodes"]
     ready = {c["type"]: c["status"] for c in pod["status"]["conditions"]}
     assert ready.get("Ready") == "True"
@@ -79,7 +61,7 @@ def test_power_off_makes_node_notready_and_power_on_brings_it_back(lab_kube):
     try:
         status = lab_kube.ipmitool(node, "chassis", "power", "status")
         assert "is off" in status.stdout, status.stdout + status.stderr
-        labels = _json(lab_kube, "get", "node", node)["metadata"]["labels"]
+        labels = kjson(lab_kube, "get", "node", node)["metadata"]["labels"]
         assert labels["lab.noderemedy.io/power"] == "off"
         grace = lab_kube.config.node_monitor_grace_period
         t0 = time.monotonic()
@@ -91,9 +73,9 @@ def test_power_off_makes_node_notready_and_power_on_brings_it_back(lab_kube):
         lab_kube.power_on(node)
     lab_kube.wait_nodes([node], "True", timeout=60)
     assert open(bmc["power_file"]).read().strip() == "1"
-    taints = _json(lab_kube, "get", "node", node)["spec"].get("taints") or []
-    _wait(
-        lambda: not (_json(lab_kube, "get", "node", node)["spec"].get("taints") or []),
+    taints = kjson(lab_kube, "get", "node", node)["spec"].get("taints") or []
+    wait_for(
+        lambda: not (kjson(lab_kube, "get", "node", node)["spec"].get("taints") or []),
         60,
         f"unreachable taints removed from {node} (had {taints})",
     )
@@ -129,8 +111,8 @@ def test_out_of_service_taint_force_deletes_pods_of_a_dead_node(lab_kube, namesp
     path = lab_kube.config.workdir / f"{namespace}-stuck.json"
     path.write_text(json.dumps(manifest))
     assert lab_kube.kubectl("create", "-f", str(path)).returncode == 0
-    _wait(
-        lambda: _json(lab_kube, "-n", namespace, "get", "pod", "stuck")["status"].get("phase") == "Running",
+    wait_for(
+        lambda: kjson(lab_kube, "-n", namespace, "get", "pod", "stuck")["status"].get("phase") == "Running",
         60,
         "pod stuck Running",
     )
@@ -140,7 +122,7 @@ def test_out_of_service_taint_force_deletes_pods_of_a_dead_node(lab_kube, namesp
             [node], {"False", "Unknown"}, timeout=lab_kube.config.node_monitor_grace_period + 30
         )
         # without the taint the pod stays: the control plane cannot know the node is dead
-        pod = _json(lab_kube, "-n", namespace, "get", "pod", "stuck")
+        pod = kjson(lab_kube, "-n", namespace, "get", "pod", "stuck")
         assert pod["metadata"].get("deletionTimestamp") is None
         res = lab_kube.kubectl(
             "taint", "node", node, "node.kubernetes.io/out-of-service=nodeshutdown:NoExecute"
@@ -151,7 +133,7 @@ def test_out_of_service_taint_force_deletes_pods_of_a_dead_node(lab_kube, namesp
             out = lab_kube.kubectl("-n", namespace, "get", "pod", "stuck", "-o", "name")
             return "NotFound" in out.stderr
 
-        _wait(gone, 90, "pod stuck force-deleted by the controller-manager")
+        wait_for(gone, 90, "pod stuck force-deleted by the controller-manager")
     finally:
         lab_kube.kubectl("taint", "node", node, "node.kubernetes.io/out-of-service-")
         lab_kube.power_on(node)

@@ -7,15 +7,14 @@ restores the node it touched (uncordon) and deletes its namespace.
 
 from __future__ import annotations
 
-import json
 import socket
 import threading
-import time
 import uuid
 from pathlib import Path
 
 import pytest
-from kube_helpers import identity
+from kube_helpers import apply, identity, kjson, statefulset, wait_for
+from kube_helpers import namespace as kube_namespace
 
 pytestmark = [pytest.mark.lab, pytest.mark.kube]
 
@@ -25,31 +24,6 @@ IMAGE = "registry.invalid/app:1"
 
 
 # -- helpers ----------------------------------------------------------------------------------
-
-
-def wait_for(predicate, timeout: float, what: str, interval: float = 0.25):
-    """Poll ``predicate`` until truthy; AssertionError naming ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}; last: {last!r}")
-
-
-def kjson(lab, *args) -> dict:
-    out = lab.kubectl(*args, "-o", "json")
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)
-
-
-def apply(lab, tmp: Path, *docs: dict) -> None:
-    path = tmp / f"m-{uuid.uuid4().hex[:6]}.json"
-    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": list(docs)}))
-    out = lab.kubectl("apply", "-f", str(path))
-    assert out.returncode == 0, out.stderr
 
 
 def pods_on(lab, node: str, namespace: str) -> dict[str, dict]:
@@ -106,11 +80,8 @@ def play(run_playbook):
 
 @pytest.fixture
 def namespace(lab_kube):
-    name = f"drain-{uuid.uuid4().hex[:8]}"
-    assert lab_kube.kubectl("create", "namespace", name).returncode == 0
-    yield name
-    # wait, so that no pod of this test is left on a node for the next one
-    lab_kube.kubectl("delete", "namespace", name, "--timeout=90s")
+    with kube_namespace(lab_kube, "drain") as name:
+        yield name
 
 
 @pytest.fixture
@@ -135,20 +106,7 @@ def mixed_node(lab_kube, namespace, restore_node, tmp_path):
         tmp_path,
         deployment(ns, "web", node, replicas=2),
         deployment(ns, "scratch", node, volumes=[{"name": "tmp", "emptyDir": {}}]),
-        {
-            "apiVersion": "apps/v1",
-            "kind": "StatefulSet",
-            "metadata": {"name": "db", "namespace": ns},
-            "spec": {
-                "replicas": 1,
-                "serviceName": "db",
-                "selector": {"matchLabels": {"app": "db"}},
-                "template": {
-                    "metadata": {"labels": {"app": "db"}},
-                    "spec": {**pinned(node), "containers": container()},
-                },
-            },
-        },
+        statefulset(ns, "db", {**pinned(node), "containers": container()}),
         {
             "apiVersion": "apps/v1",
             "kind": "DaemonSet",

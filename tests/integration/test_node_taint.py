@@ -9,12 +9,9 @@ StatefulSet's other allowed node). Teardown removes the taint and powers the nod
 
 from __future__ import annotations
 
-import json
-import time
-import uuid
-from pathlib import Path
-
 import pytest
+from kube_helpers import apply, fence_task, kjson, prefer_node, statefulset, wait_for
+from kube_helpers import namespace as kube_namespace
 
 pytestmark = [pytest.mark.lab, pytest.mark.kube]
 
@@ -24,50 +21,8 @@ READY = "lab-node-0"
 OOS = {"key": "node.kubernetes.io/out-of-service", "value": "nodeshutdown", "effect": "NoExecute"}
 
 
-def wait_for(predicate, timeout: float, what: str, interval: float = 0.5):
-    """Poll ``predicate`` until truthy; AssertionError naming ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}; last: {last!r}")
-
-
-def kjson(lab, *args) -> dict:
-    out = lab.kubectl(*args, "-o", "json")
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)
-
-
-def apply(lab, tmp: Path, *docs: dict) -> None:
-    path = tmp / f"m-{uuid.uuid4().hex[:6]}.json"
-    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": list(docs)}))
-    out = lab.kubectl("apply", "-f", str(path))
-    assert out.returncode == 0, out.stderr
-
-
 def taints(lab, node: str) -> list[dict]:
     return kjson(lab, "get", "node", node)["spec"].get("taints") or []
-
-
-def fence_task(lab, node: str) -> dict:
-    """Power ``node`` off through its real BMC with noderemedy.core.ipmi_power (verified by read-back)."""
-    bmc = lab.info["devices"]["bmcs"][node]
-    return {
-        "name": "fence",
-        "noderemedy.core.ipmi_power": {
-            "ipaddr": bmc["host"],
-            "ipport": bmc["port"],
-            "username": bmc["username"],
-            "password": bmc["password"],
-            "cipher": bmc["cipher"],
-            "state": "off",
-        },
-        "ignore_errors": True,
-    }
 
 
 def taint_task(name: str, node: str, kubeconfig, **opts) -> dict:
@@ -86,11 +41,8 @@ def play(run_playbook):
 
 @pytest.fixture
 def namespace(lab_kube):
-    name = f"oos-{uuid.uuid4().hex[:8]}"
-    assert lab_kube.kubectl("create", "namespace", name).returncode == 0
-    yield name
-    # wait, so that no pod of this test is left on a node for the next one
-    lab_kube.kubectl("delete", "namespace", name, "--timeout=90s")
+    with kube_namespace(lab_kube, "oos") as name:
+        yield name
 
 
 @pytest.fixture
@@ -104,50 +56,9 @@ def dead_node(lab_kube):
 
 def test_out_of_service_on_a_fenced_node_releases_its_pods(lab_kube, namespace, dead_node, play, tmp_path):
     ns, kc = namespace, lab_kube.kubeconfig
-    affinity = {
-        "nodeAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [
-                    {
-                        "matchExpressions": [
-                            {"key": "kubernetes.io/hostname", "operator": "In", "values": [DEAD, OTHER]}
-                        ]
-                    }
-                ]
-            },
-            "preferredDuringSchedulingIgnoredDuringExecution": [
-                {
-                    "weight": 100,
-                    "preference": {
-                        "matchExpressions": [
-                            {"key": "kubernetes.io/hostname", "operator": "In", "values": [DEAD]}
-                        ]
-                    },
-                }
-            ],
-        }
-    }
-    apply(
-        lab_kube,
-        tmp_path,
-        {
-            "apiVersion": "apps/v1",
-            "kind": "StatefulSet",
-            "metadata": {"name": "db", "namespace": ns},
-            "spec": {
-                "replicas": 1,
-                "serviceName": "db",
-                "selector": {"matchLabels": {"app": "db"}},
-                "template": {
-                    "metadata": {"labels": {"app": "db"}},
-                    "spec": {
-                        "affinity": affinity,
-                        "containers": [{"name": "db", "image": "registry.invalid/db:1"}],
-                    },
-                },
-            },
-        },
-    )
+    affinity = prefer_node(DEAD, [DEAD, OTHER])
+    pod = {"affinity": affinity, "containers": [{"name": "db", "image": "registry.invalid/db:1"}]}
+    apply(lab_kube, tmp_path, statefulset(ns, "db", pod))
 
     def db0():
         doc = kjson(lab_kube, "get", "pods", "-n", ns, "-l", "app=db")["items"]

@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 import yaml
+from kube_helpers import apply, prefer_node, statefulset, wait_for
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
@@ -41,18 +42,6 @@ NF = ("remediation.noderemedy.io", "v1alpha1", "nodefences")
 M3 = ("infrastructure.cluster.x-k8s.io", "v1beta1", "metal3remediations")
 OOS = "node.kubernetes.io/out-of-service"
 DEAD, OTHER, SPARE = "lab-node-1", "lab-node-2", "lab-node-0"
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:
-    """Poll ``predicate`` until truthy; AssertionError naming ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}; last: {last!r}")
 
 
 @pytest.fixture(scope="module")
@@ -332,41 +321,13 @@ def dead(lab_kube: Any) -> Iterator[str]:
     lab_kube.wait_nodes([DEAD], "True", 120)
 
 
-def statefulset(lab: Any, ns: str, tmp: Path) -> None:
-    pref = {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [DEAD]}]}
-    allowed = {
-        "matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [DEAD, OTHER]}]
+def db_statefulset(lab: Any, ns: str, tmp: Path) -> None:
+    """StatefulSet ``db`` (one pod) preferring the dead node, allowed on the other one too."""
+    pod = {
+        "affinity": prefer_node(DEAD, [DEAD, OTHER]),
+        "containers": [{"name": "db", "image": "registry.invalid/db:1"}],
     }
-    sts = {
-        "apiVersion": "apps/v1",
-        "kind": "StatefulSet",
-        "metadata": {"name": "db", "namespace": ns},
-        "spec": {
-            "replicas": 1,
-            "serviceName": "db",
-            "selector": {"matchLabels": {"app": "db"}},
-            "template": {
-                "metadata": {"labels": {"app": "db"}},
-                "spec": {
-                    "affinity": {
-                        "nodeAffinity": {
-                            "requiredDuringSchedulingIgnoredDuringExecution": {
-                                "nodeSelectorTerms": [allowed]
-                            },
-                            "preferredDuringSchedulingIgnoredDuringExecution": [
-                                {"weight": 100, "preference": pref}
-                            ],
-                        }
-                    },
-                    "containers": [{"name": "db", "image": "registry.invalid/db:1"}],
-                },
-            },
-        },
-    }
-    path = tmp / "sts.json"
-    path.write_text(json.dumps(sts))
-    out = lab.kubectl("apply", "-f", str(path))
-    assert out.returncode == 0, out.stderr
+    apply(lab, tmp, statefulset(ns, "db", pod))
 
 
 def db0(lab: Any, ns: str) -> dict | None:
@@ -415,7 +376,7 @@ def test_nodefence_fences_releases_and_recovers_a_dead_node(
     try:
         lab_kube.power_on(DEAD)  # the pod must first run on the dead node
         lab_kube.wait_nodes([DEAD], "True", 120)
-        statefulset(lab_kube, app_ns, tmp_path)
+        db_statefulset(lab_kube, app_ns, tmp_path)
         first = wait_for(
             lambda: (p := db0(lab_kube, app_ns)) and p["status"].get("phase") == "Running" and p,
             120,

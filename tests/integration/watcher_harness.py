@@ -17,15 +17,15 @@ import re
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from kube_helpers import wait_for
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
@@ -33,19 +33,6 @@ ROOT = Path(__file__).resolve().parents[2]
 CRD = ROOT / "deploy" / "crds" / "remediation.noderemedy.io_nodefences.yaml"
 GROUP, VERSION, PLURAL = "remediation.noderemedy.io", "v1alpha1", "nodefences"
 RUNNER = Path(sys.executable).parent / "noderemedy-runner"
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.25) -> Any:
-    """Poll ``predicate`` until it returns something truthy (returned); AssertionError naming
-    ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(interval)
 
 
 @pytest.fixture(scope="module", name="api")
