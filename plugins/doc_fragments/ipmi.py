@@ -23,17 +23,17 @@ options:
   username:
     description:
       - BMC user name (fence_ipmilan C(--username)).
-      - Can also be set with the E(NODEREMEDY_IPMI_USERNAME) or E(IPMI_USERNAME) environment variable.
+      - Can also be set with the E(NODEREMEDY_IPMI_USERNAME) or E(IPMI_USERNAME) environment variable,
+        or read from O(credentials_secret) (key C(username)). Required one way or another.
     type: str
-    required: true
     aliases: [ login ]
   password:
     description:
       - BMC password (fence_ipmilan C(--password)). Never logged or returned. An empty password is
         refused (the session would be unauthenticated).
-      - Can also be set with the E(NODEREMEDY_IPMI_PASSWORD) or E(IPMI_PASSWORD) environment variable.
+      - Can also be set with the E(NODEREMEDY_IPMI_PASSWORD) or E(IPMI_PASSWORD) environment variable,
+        or read from O(credentials_secret) (key C(password)). Required one way or another.
     type: str
-    required: true
     aliases: [ passwd ]
   cipher:
     description:

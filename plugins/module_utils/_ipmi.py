@@ -63,13 +63,11 @@ IPMI_ARG_SPEC: dict[str, dict[str, Any]] = {
     "ipport": {"type": "int", "default": 623},
     "username": {
         "type": "str",
-        "required": True,
         "aliases": ["login"],
         "fallback": (env_fallback, ["NODEREMEDY_IPMI_USERNAME", "IPMI_USERNAME"]),
     },
     "password": {
         "type": "str",
-        "required": True,
         "no_log": True,
         "aliases": ["passwd"],
         "fallback": (env_fallback, ["NODEREMEDY_IPMI_PASSWORD", "IPMI_PASSWORD"]),

@@ -22,6 +22,7 @@ author:
 extends_documentation_fragment:
   - noderemedy.core.ipmi
   - noderemedy.core.fence
+  - noderemedy.core.credentials_secret
   - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
@@ -70,6 +71,14 @@ EXAMPLES = r"""
     cipher: 3
     state: 'off'
   register: fenced
+
+- name: Power off with the credentials of a Kubernetes Secret (keys username, password)
+  noderemedy.core.ipmi_power:
+    ipaddr: 10.0.0.10
+    credentials_secret:
+      name: lab-node-0-bmc
+      namespace: noderemedy
+    state: 'off'
 
 - name: Release its workloads only with the evidence
   noderemedy.core.node_taint:
@@ -170,6 +179,14 @@ from ansible_collections.noderemedy.core.plugins.module_utils._ipmi import (  # 
     PYGHMI_IMPORT_ERROR,
     IpmiDriver,
 )
+from ansible_collections.noderemedy.core.plugins.module_utils._secret import (  # noqa: E402
+    CREDENTIALS_SECRET_ARGSPEC,
+    CredentialsError,
+    apply_credentials_secret,
+)
+
+#: Secret key -> option, for ``credentials_secret``.
+SECRET_KEYS = {"username": "username", "password": "password"}
 
 MODULE_ARG_SPEC = {
     "state": {"type": "str", "required": True, "choices": ["on", "off", "reboot", "status"]},
@@ -179,12 +196,22 @@ MODULE_ARG_SPEC = {
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={**IPMI_ARG_SPEC, **FENCE_ARG_SPEC, **MODULE_ARG_SPEC}, supports_check_mode=True
+        argument_spec={**IPMI_ARG_SPEC, **FENCE_ARG_SPEC, **CREDENTIALS_SECRET_ARGSPEC, **MODULE_ARG_SPEC},
+        supports_check_mode=True,
     )
     if not HAS_PYGHMI:
         module.fail_json(msg=missing_required_lib("pyghmi"), exception=PYGHMI_IMPORT_ERROR)
     p = module.params
     driver = None
+    try:
+        apply_credentials_secret(module, SECRET_KEYS)
+    except CredentialsError as exc:
+        module.fail_json(
+            msg=exc.message,
+            error="config",
+            reason=exc.reason,
+            fence=unverified("ipmi", f"{p['ipaddr']}:{p['ipport']}", ["chassis"]),
+        )
     try:
         driver = IpmiDriver(
             ipaddr=p["ipaddr"],

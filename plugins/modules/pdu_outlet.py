@@ -23,6 +23,7 @@ author:
 extends_documentation_fragment:
   - noderemedy.core.snmp
   - noderemedy.core.fence
+  - noderemedy.core.credentials_secret
   - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
@@ -240,6 +241,11 @@ from ansible_collections.noderemedy.core.plugins.module_utils._pdu import (  # n
     PduDriver,
     generic_profile,
 )
+from ansible_collections.noderemedy.core.plugins.module_utils._secret import (  # noqa: E402
+    CREDENTIALS_SECRET_ARGSPEC,
+    CredentialsError,
+    apply_credentials_secret,
+)
 from ansible_collections.noderemedy.core.plugins.module_utils._snmp import (  # noqa: E402
     HAS_PYSNMP,
     PYSNMP_IMPORT_ERROR,
@@ -254,9 +260,18 @@ MODULE_ARG_SPEC = {
 }
 
 
+#: Secret key -> option, for ``credentials_secret`` (SNMP v1/v2c: community; v3: user, keys).
+SECRET_KEYS = {
+    "community": "community",
+    "username": "username",
+    "password": "password",
+    "priv_password": "snmp_priv_passwd",
+}
+
+
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={**SNMP_ARG_SPEC, **FENCE_ARG_SPEC, **MODULE_ARG_SPEC},
+        argument_spec={**SNMP_ARG_SPEC, **FENCE_ARG_SPEC, **CREDENTIALS_SECRET_ARGSPEC, **MODULE_ARG_SPEC},
         supports_check_mode=True,
         required_if=[("profile", "generic", ["status_oid"])],
     )
@@ -264,6 +279,15 @@ def main() -> None:
         module.fail_json(msg=missing_required_lib("pysnmp"), exception=PYSNMP_IMPORT_ERROR)
     p = module.params
     driver = None
+    try:
+        apply_credentials_secret(module, SECRET_KEYS)
+    except CredentialsError as exc:
+        module.fail_json(
+            msg=exc.message,
+            error="config",
+            reason=exc.reason,
+            fence=unverified("pdu", f"{p['ipaddr']}:{p['ipport']}", p["plug"]),
+        )
     try:
         if p["profile"] == "generic":
             profile = generic_profile(

@@ -80,3 +80,50 @@ def test_kubeconfig_without_rights_is_forbidden(lab_kube, secret, run_playbook, 
     res = run_playbook([task("read", kc, name="bmc", namespace=secret)]).task("read")
     assert res["failed"] and res["reason"] == "forbidden", res
     assert "secrets" in res["msg"] and PASSWORD not in str(res)
+
+
+def test_fencing_module_reads_its_credentials_from_a_secret(lab_kube, run_playbook, tmp_path: Path):
+    """ipmi_power with credentials_secret against the node's real BMC: the status read works with
+    the Secret's username/password, the password appears nowhere in the result (not even with
+    -vvv output), and a missing Secret fails before anything is sent, naming the Secret."""
+    node = lab_kube.info["nodes"][0]
+    bmc = lab_kube.info["devices"]["bmcs"][node]
+    ns = f"cred-{uuid.uuid4().hex[:6]}"
+    lab_kube.kubectl("create", "namespace", ns, check=True)
+    try:
+        secret = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "bmc", "namespace": ns},
+            "stringData": {"username": bmc["username"], "password": bmc["password"]},
+        }
+        (tmp_path / "bmc.json").write_text(json.dumps(secret))
+        lab_kube.kubectl("apply", "-f", str(tmp_path / "bmc.json"), check=True)
+
+        def ipmi(title: str, secret_name: str) -> dict:
+            return {
+                "name": title,
+                "noderemedy.core.ipmi_power": {
+                    "ipaddr": bmc["host"],
+                    "ipport": bmc["port"],
+                    "cipher": bmc["cipher"],
+                    "state": "status",
+                    "credentials_secret": {
+                        "name": secret_name,
+                        "namespace": ns,
+                        "kubeconfig": str(lab_kube.kubeconfig),
+                    },
+                },
+                "ignore_errors": True,
+            }
+
+        out = run_playbook([ipmi("status", "bmc"), ipmi("missing", "nope")])
+        ok = out.task("status")
+        assert not ok.get("failed") and ok["power_state"] in ("on", "off"), ok
+        missing = out.task("missing")
+        assert missing["failed"] and missing["error"] == "config" and missing["reason"] == "not_found"
+        assert missing["msg"] == f"credentials_secret: Secret {ns}/nope not found"
+        assert missing["fence"]["verified"] is False
+        assert bmc["password"] not in out.stdout + out.stderr
+    finally:
+        lab_kube.kubectl("delete", "namespace", ns, "--wait=false")
