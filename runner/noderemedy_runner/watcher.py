@@ -215,16 +215,50 @@ class Watcher:
                 worker.resource_version = rv
                 self._start(key, worker)
 
+    def _watch(self, crd: tuple[str, str, str, str], stop: threading.Event, wake: threading.Event) -> None:
+        """Set ``wake`` on every change of a ``crd`` object (one watch stream per kind, renewed
+        every minute and after errors), so a new or changed object is reconciled at once; the
+        periodic :meth:`poll` stays the resync and the source of truth (the events carry nothing
+        else). A kind whose CRD is not installed is retried every ``poll_interval`` seconds."""
+        from kubernetes import watch  # noqa: PLC0415 - only the watcher thread needs it
+
+        group, version, plural, _kind = crd
+        while not stop.is_set():
+            w = watch.Watch()  # type: ignore[no-untyped-call]
+            try:
+                for _event in w.stream(  # type: ignore[no-untyped-call]
+                    self.kube.custom.list_cluster_custom_object,
+                    group,
+                    version,
+                    plural,
+                    timeout_seconds=60,
+                    _request_timeout=75,
+                ):
+                    wake.set()
+                    if stop.is_set():
+                        break
+            except Exception:  # noqa: BLE001 - not installed, API unreachable: the poll carries on
+                stop.wait(max(self.poll_interval, 1.0))
+            finally:
+                w.stop()  # type: ignore[no-untyped-call]
+
     def run(self, stop: threading.Event) -> None:
-        """Poll and reconcile until ``stop`` is set; then cancel in-flight runs and wait for the
-        workers (at most 30 s)."""
+        """Reconcile until ``stop`` is set: a full :meth:`poll` every ``poll_interval`` seconds, and
+        at once when a watch reports a NodeFence or Metal3Remediation change. Then cancel in-flight
+        runs and wait for the workers (at most 30 s)."""
+        wake = threading.Event()
+        for crd in (NODEFENCE, METAL3REMEDIATION):
+            threading.Thread(
+                target=self._watch, args=(crd, stop, wake), name=f"watch-{crd[2]}", daemon=True
+            ).start()
         while not stop.is_set():
             try:
                 self.poll()
             except Exception as exc:  # noqa: BLE001 - API unreachable etc.: keep polling
                 log.warning("listing custom resources: %s: %s", type(exc).__name__, exc)
                 self.observer.reconcile_error("Watcher", "", f"{type(exc).__name__}: {exc}")
-            stop.wait(self.poll_interval)
+            if wake.wait(self.poll_interval):
+                wake.clear()
         for worker in self._workers.values():
             worker.cancel.set()
         deadline = time.monotonic() + 30
