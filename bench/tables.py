@@ -91,8 +91,8 @@ def drain(doc: Any, name: str) -> list[str]:
     records = doc if isinstance(doc, list) else [doc]
     first = records[0] if records else {}
     lines = [
-        f"Measured `{_v(first.get('date'))}`; {_v(first.get('cpus'))} CPUs; 1-min load average per "
-        f"round: {_v(first.get('load_average_1m'))}. Statistic: {_v(first.get('statistic'))} of "
+        f"Measured `{_v(first.get('date'))}`; {_v(first.get('cpus'))} CPUs; 1-min load average before each "
+        f"run: {_v(first.get('load_average_1m_before_each_run', first.get('load_average_1m')))}. Statistic: {_v(first.get('statistic'))} of "
         f"{_v(first.get('rounds'))} interleaved rounds. Ours: {_v(first.get('ours_command'))}; a no-op "
         f"`ansible-playbook` run took {_v(first.get('ansible_playbook_noop_s'), ' s')} (median); "
         f"`node_drain`'s own `elapsed` per round: {_v(first.get('ours_module_elapsed_s'), ' s')}.",

@@ -177,7 +177,12 @@ def start_kube(sup: Supervisor, cfg: LabConfig, binaries: dict[str, Path], node_
             {
                 "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
                 "kind": "KwokConfiguration",
-                "options": {"nodeLeaseDurationSeconds": cfg.node_lease_seconds},
+                # kwok plays pod stages (start, delete) 4 at a time by default; a kubelet has one
+                # worker per pod, so a drained node's pods go away together, as on a real node
+                "options": {
+                    "nodeLeaseDurationSeconds": cfg.node_lease_seconds,
+                    "podPlayStageParallelism": 16,
+                },
             }
         )
     )
