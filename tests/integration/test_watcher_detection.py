@@ -9,6 +9,7 @@ tests are about deciding that a NodeFence should exist).
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,7 @@ def test_powered_off_node_gets_one_nodefence_after_the_period_then_cancel(
     )
     assert nodefences(api) == {}
 
+    started = datetime.now(UTC) - timedelta(seconds=1)  # Event times have one-second precision
     lab.power_off(node)  # real ipmitool → BMC hook → kwok stops heartbeating
     lab.wait_nodes([node], {"False", "Unknown"}, 90)
     fences = wait_for(lambda: nodefences(api) or None, PERIOD + 30, "a NodeFence")
@@ -79,9 +81,15 @@ def test_powered_off_node_gets_one_nodefence_after_the_period_then_cancel(
     # per-node Lease held while the remediation is in flight
     lease = client.CoordinationV1Api(api).read_namespaced_lease(f"noderemedy-{node}", namespace)
     assert lease.spec.holder_identity == f"noderemedy-runner/{r.identity}"
+
     # Events on the Node and on the NodeFence
-    wait_for(lambda: events(api, "Node", node), 15, "an Event on the Node")
-    assert events(api, "Node", node)[0].reason == "NodeFenceCreated"
+    # (the node is shared: Events of earlier tests on it, such as taint changes, are older)
+    def fresh() -> list[Any]:
+        mine = [e for e in events(api, "Node", node) if (e.first_timestamp or e.event_time) >= started]
+        return sorted(mine, key=lambda e: e.first_timestamp or e.event_time)
+
+    first = wait_for(fresh, 15, "an Event on the Node")[0]
+    assert first.reason == "NodeFenceCreated", [(e.reason, e.message) for e in fresh()]
     wait_for(lambda: events(api, "NodeFence", node), 15, "an Event on the NodeFence")
     # JSON logs carry the resource and the node
     created = r.logged("^created NodeFence$")
