@@ -95,16 +95,6 @@ def read_secret(client: Any, name: str, namespace: str, keys: Iterable[str] | No
     return decode_secret_data(secret.get("data") or {}, keys, where)
 
 
-class CredentialsError(Exception):
-    """``credentials_secret`` could not be read. ``message`` names the option and the Secret (never
-    a value); ``reason`` is the Kubernetes error class (not_found, forbidden, invalid, ...)."""
-
-    def __init__(self, message: str, reason: str) -> None:
-        super().__init__(message)
-        self.message = message
-        self.reason = reason
-
-
 def kube_auth_from_env(kubeconfig: Any = None, context: str | None = None) -> dict[str, Any]:
     """The ``_kube`` auth options for a Secret read: ``kubeconfig`` and ``context`` as given, every
     other option (and those two when not given) from its ``K8S_AUTH_*`` environment variable, as
@@ -135,7 +125,7 @@ def kube_auth_from_env(kubeconfig: Any = None, context: str | None = None) -> di
     return out
 
 
-def apply_credentials_secret(module: Any, keymap: Mapping[str, str]) -> None:
+def apply_credentials_secret(module: Any, keymap: Mapping[str, str], fence: Mapping[str, Any]) -> None:
     """Fill a fencing module's credential options from its ``credentials_secret`` (if given).
 
     Args:
@@ -145,10 +135,12 @@ def apply_credentials_secret(module: Any, keymap: Mapping[str, str]) -> None:
             "password"}``. A key missing from the Secret is skipped; an option the task set itself
             is kept. Every value read is added to ``module.no_log_values``, so it is masked in
             anything the module returns.
+        fence: the module's unverified ``fence`` evidence (``_fence.unverified``), returned when
+            the Secret cannot be read.
 
-    Raises:
-        CredentialsError: the Secret cannot be read (not found, forbidden, no credentials for the
-            API server, not UTF-8 ...).
+    Fails the module (``error: config``, ``reason``: the Kubernetes error class -- not_found,
+    forbidden, invalid ...; the message names the Secret, never a value) when the Secret cannot
+    be read, before anything is sent to the device.
     """
     ref = module.params.get("credentials_secret")
     if not ref:
@@ -162,7 +154,9 @@ def apply_credentials_secret(module: Any, keymap: Mapping[str, str]) -> None:
         client = get_api_client(kube_auth_from_env(ref.get("kubeconfig"), ref.get("context")))
         data = read_secret(client, ref["name"], ref["namespace"], None)
     except KubeError as exc:
-        raise CredentialsError(f"credentials_secret: {exc.message}", exc.reason) from exc
+        module.fail_json(
+            msg=f"credentials_secret: {exc.message}", error="config", reason=exc.reason, fence=dict(fence)
+        )
     module.no_log_values.update(v for v in data.values() if v)
     for key, option in keymap.items():
         if key in data and module.params.get(option) in (None, ""):

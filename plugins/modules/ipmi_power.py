@@ -181,7 +181,6 @@ from ansible_collections.noderemedy.core.plugins.module_utils._ipmi import (  # 
 )
 from ansible_collections.noderemedy.core.plugins.module_utils._secret import (  # noqa: E402
     CREDENTIALS_SECRET_ARGSPEC,
-    CredentialsError,
     apply_credentials_secret,
 )
 
@@ -203,15 +202,9 @@ def main() -> None:
         module.fail_json(msg=missing_required_lib("pyghmi"), exception=PYGHMI_IMPORT_ERROR)
     p = module.params
     driver = None
-    try:
-        apply_credentials_secret(module, SECRET_KEYS)
-    except CredentialsError as exc:
-        module.fail_json(
-            msg=exc.message,
-            error="config",
-            reason=exc.reason,
-            fence=unverified("ipmi", f"{p['ipaddr']}:{p['ipport']}", ["chassis"]),
-        )
+    apply_credentials_secret(
+        module, SECRET_KEYS, unverified("ipmi", f"{p['ipaddr']}:{p['ipport']}", ["chassis"])
+    )
     try:
         driver = IpmiDriver(
             ipaddr=p["ipaddr"],

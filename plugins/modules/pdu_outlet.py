@@ -243,7 +243,6 @@ from ansible_collections.noderemedy.core.plugins.module_utils._pdu import (  # n
 )
 from ansible_collections.noderemedy.core.plugins.module_utils._secret import (  # noqa: E402
     CREDENTIALS_SECRET_ARGSPEC,
-    CredentialsError,
     apply_credentials_secret,
 )
 from ansible_collections.noderemedy.core.plugins.module_utils._snmp import (  # noqa: E402
@@ -279,15 +278,9 @@ def main() -> None:
         module.fail_json(msg=missing_required_lib("pysnmp"), exception=PYSNMP_IMPORT_ERROR)
     p = module.params
     driver = None
-    try:
-        apply_credentials_secret(module, SECRET_KEYS)
-    except CredentialsError as exc:
-        module.fail_json(
-            msg=exc.message,
-            error="config",
-            reason=exc.reason,
-            fence=unverified("pdu", f"{p['ipaddr']}:{p['ipport']}", p["plug"]),
-        )
+    apply_credentials_secret(
+        module, SECRET_KEYS, unverified("pdu", f"{p['ipaddr']}:{p['ipport']}", p["plug"])
+    )
     try:
         if p["profile"] == "generic":
             profile = generic_profile(
