@@ -715,7 +715,11 @@ def test_kill9_at_every_transition_reaches_the_same_final_state(
     assert conds(obj)["Succeeded"]["status"] == "True"
     assert tainted, "the workloads were never released (out-of-service taint) across the restarts"
     assert not taint_present(lab_kube, DEAD)
-    assert len(kills) >= 5, kills
+    # The test kills on every status change it sees; which short-lived states (a step recorded, the
+    # next run not yet started) it catches depends on timing, so it asserts only the kills it is sure
+    # to make: one while each step's run is in flight (each run takes over a second, the poll 50 ms).
+    mid_run = {(k[0], k[1]) for k in kills if k[2]}
+    assert {("New", "Isolation"), ("Running", "PowerManagement"), ("Done", "Recovery")} <= mid_run, kills
     runs = [
         ln["msg"] for ln in r.lines() if ln["logger"].endswith("executor") and ln["msg"].startswith("run ")
     ]
