@@ -27,6 +27,7 @@ from types import FrameType
 from typing import Any
 
 from noderemedy_runner import config as cfgmod
+from noderemedy_runner.actions import PLAYBOOKS
 from noderemedy_runner.logs import setup as setup_logs
 from noderemedy_runner.metrics import Health, Metrics, MetricsServer, parse_addr
 
@@ -132,6 +133,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="ansible-runner working directories (default: $NODEREMEDY_DATA_DIR or %(default)s)",
     )
     act.add_argument(
+        "--playbook-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="where the playbooks the runner invokes are (fence_step.yml, fence_verify.yml, "
+        "out_of_service_taint.yml, bmh_power.yml; docs/runner.md) (default: the collection's "
+        "playbooks/)",
+    )
+    act.add_argument(
         "--metal3-selector",
         type=_label_selector,
         default=None,
@@ -193,6 +203,10 @@ def _positive(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         p.error(f"--run-deadline: {args.run_deadline} must be positive")
     if args.grace_seconds < 0:
         p.error(f"--grace-seconds: {args.grace_seconds} must not be negative")
+    if args.playbook_dir is not None:
+        missing = sorted({n for n in PLAYBOOKS.values() if not (args.playbook_dir / n).is_file()})
+        if missing:
+            p.error(f"--playbook-dir {str(args.playbook_dir)!r}: missing {', '.join(missing)}")
     try:
         parse_addr(args.metrics_addr)
     except ValueError as exc:
@@ -339,7 +353,9 @@ def main(argv: list[str] | None = None) -> int:
                 policy=NodeFencePolicy(grace_seconds=args.grace_seconds),
                 kubeconfig=args.kubeconfig,
                 metal3_selector=args.metal3_selector,
+                playbook_dir=args.playbook_dir,
             )
+            metrics.count_runs_in_flight(lambda: watcher.executor.in_flight)
             w = threading.Thread(target=watcher.run, args=(work_stop,), name="watcher", daemon=True)
             w.start()
             threads.append(w)

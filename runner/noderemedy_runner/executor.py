@@ -21,6 +21,8 @@ messages of failed tasks and the results of the fencing module tasks in the orde
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import json
 import logging
 import os
@@ -29,7 +31,7 @@ import shutil
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -267,6 +269,60 @@ def link_collection(collections_dir: Path, collection_root: Path) -> Path:
     return collections_dir
 
 
+class Slots:
+    """``n`` run slots handed out in priority order: the waiter with the lowest ``priority`` gets
+    the next free slot, equal priorities first come, first served. A run that releases a node's
+    workloads on its first try thus never queues behind the retries of other remediations whose
+    devices keep failing (``bench/watcher.py``: 100 nodes failing at once, 4 slots).
+
+    ``in_flight`` is the number of slots taken (never above ``n``); ``peak`` the most ever taken.
+    Thread-safe.
+    """
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.in_flight = 0
+        self.peak = 0
+        self._cond = threading.Condition()
+        self._waiting: list[tuple[int, int]] = []  # heap of (priority, arrival)
+        self._arrivals = itertools.count()
+
+    def acquire(self, priority: int, cancel: threading.Event, poll: float = 0.2) -> bool:
+        """Wait for a slot; False (no slot taken) once ``cancel`` is set. ``poll``: seconds
+        between looks at ``cancel``."""
+        ticket = (priority, next(self._arrivals))
+        with self._cond:
+            heapq.heappush(self._waiting, ticket)
+            try:
+                while self.in_flight >= self.n or self._waiting[0] != ticket:
+                    if cancel.is_set():
+                        return False
+                    self._cond.wait(poll)
+                heapq.heappop(self._waiting)
+                self.in_flight += 1
+                self.peak = max(self.peak, self.in_flight)
+                return True
+            finally:
+                if ticket in self._waiting:  # canceled: leave the queue
+                    self._waiting.remove(ticket)
+                    heapq.heapify(self._waiting)
+                self._cond.notify_all()
+
+    @property
+    def queued(self) -> int:
+        """Waiters in :meth:`acquire` now."""
+        with self._cond:
+            return len(self._waiting)
+
+    def release(self) -> None:
+        """Give a slot back (one taken by :meth:`acquire`); RuntimeError if none is taken."""
+        with self._cond:
+            if self.in_flight <= 0:
+                raise RuntimeError("release of a slot that was not taken")
+            self.in_flight -= 1
+            self._cond.notify_all()
+
+
 class Executor:
     """Runs playbook actions through ``ansible_runner.run``.
 
@@ -309,10 +365,17 @@ class Executor:
         self.run_deadline = run_deadline
         self.rotate_artifacts = rotate_artifacts
         self.extra_env = dict(extra_env or {})
-        self._slots = threading.BoundedSemaphore(max_concurrent_runs)
-        self._lock = threading.Lock()
-        self.in_flight = 0
-        self.peak_in_flight = 0
+        self.slots = Slots(max_concurrent_runs)
+
+    @property
+    def in_flight(self) -> int:
+        """Runs holding a slot now."""
+        return self.slots.in_flight
+
+    @property
+    def peak_in_flight(self) -> int:
+        """The most runs that ever held a slot at once."""
+        return self.slots.peak
 
     def private_data_dir(self, kind: str, name: str, namespace: str | None = None, uid: str = "") -> Path:
         """The private data dir of one custom resource (created); ``uid``: its metadata.uid."""
@@ -385,7 +448,7 @@ class Executor:
         ident: str | None = None,
         extra_extravars: Mapping[str, Any] | None = None,
         cancel: threading.Event | None = None,
-        on_start: Callable[[], None] | None = None,
+        priority: int = 0,
     ) -> RunOutcome:
         """Run ``action``'s playbook for custom resource ``kind`` ``namespace/name`` (``uid``: its
         metadata.uid, part of the private data dir).
@@ -394,9 +457,11 @@ class Executor:
         time). A run with the same ident that already finished (artifacts of an earlier process)
         is not repeated: its outcome is returned with ``recovered=True``. ``extra_extravars``
         adds non-secret extravars (fence evidence for the taint); they pass the same references-
-        only check as the action's. Blocks for a free slot (``max_concurrent_runs``), then until
-        the run ends, its deadline passes or ``cancel`` is set. ``on_start`` is called when the
-        slot is taken. Raises :class:`ExecutorError` for an action without a playbook or a
+        only check as the action's. Blocks for a free slot (``max_concurrent_runs``; slots go to the
+        lowest ``priority`` first -- the reconcilers pass the number of earlier tries, so first
+        tries run before retries: :class:`Slots`), then until
+        the run ends, its deadline passes or ``cancel`` is set. ``in_flight`` counts the runs
+        holding a slot (logged with each run's start line). Raises :class:`ExecutorError` for an action without a playbook or a
         malformed ident; a canceled wait for a slot returns status ``canceled``.
         """
         import ansible_runner  # type: ignore[import-untyped]  # noqa: PLC0415 - heavy import
@@ -423,17 +488,19 @@ class Executor:
             return done
 
         cancel = cancel or threading.Event()
-        while not self._slots.acquire(timeout=0.2):
-            if cancel.is_set():
-                return RunOutcome(run_ident, "canceled", None)
-        with self._lock:
-            self.in_flight += 1
-            self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+        if not self.slots.acquire(priority, cancel):
+            return RunOutcome(run_ident, "canceled", None)
+        in_flight = self.slots.in_flight
         started = time.monotonic()
-        log.info("run %s: %s for %s %s", run_ident, action.playbook, kind, name)
+        log.info(
+            "run %s: %s for %s %s",
+            run_ident,
+            action.playbook,
+            kind,
+            name,
+            extra={"in_flight": in_flight, "priority": priority},
+        )
         try:
-            if on_start is not None:
-                on_start()
             runner = ansible_runner.run(
                 private_data_dir=str(private),
                 project_dir=str(self.playbook_dir),
@@ -459,9 +526,7 @@ class Executor:
                 settings={"suppress_ansible_output": True},
             )
         finally:
-            with self._lock:
-                self.in_flight -= 1
-            self._slots.release()
+            self.slots.release()
         events = list(runner.events)
         counts, failed, modules = parse_events(events)
         status = str(runner.status)
@@ -492,6 +557,7 @@ def _event_counter(path: Path) -> int:
 
 
 __all__ = [
+    "Slots",
     "FENCE_MODULES",
     "Executor",
     "ExecutorError",

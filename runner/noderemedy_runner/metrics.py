@@ -9,7 +9,7 @@ adds what the detector reports. Metric names (all prefixed ``noderemedy_``):
 ``remediations_started_total{kind}``                counter    NodeFence / Metal3Remediation
 ``remediations_finished_total{kind,result}``        counter    result: final status / phase
 ``fence_duration_seconds{method}``                  histogram  run start → fence verified
-``runs_in_flight``                                  gauge      ansible-runner runs running
+``runs_in_flight``                                  gauge      runs holding an executor slot
 ``runs_total{kind,playbook,status}``                counter    finished runs
 ``run_duration_seconds{kind,playbook}``             histogram
 ``reconcile_errors_total{kind}``                    counter    kind also ``Detector``
@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -133,15 +134,16 @@ class Metrics:
         """A fence by ``method`` was verified ``seconds`` after its run started."""
         self._safe(lambda: self.fence_duration.labels(method).observe(seconds))
 
-    def run_started(self, kind: str, name: str, playbook: str) -> None:
-        """One more ansible-runner run in flight."""
-        self._safe(self.runs_in_flight.inc)
+    def count_runs_in_flight(self, count: Callable[[], float]) -> None:
+        """Make ``noderemedy_runs_in_flight`` read ``count()`` (the executor's own count of runs
+        holding one of its ``--max-concurrent-runs`` slots, ``Executor.in_flight``) at each
+        scrape, so the gauge is exact: never above the bound, never negative."""
+        self.runs_in_flight.set_function(count)
 
     def run_finished(self, kind: str, name: str, playbook: str, status: str, seconds: float) -> None:
         """A run ended with ``status`` after ``seconds``."""
 
         def update() -> None:
-            self.runs_in_flight.dec()
             self.runs.labels(kind, playbook, status).inc()
             self.run_duration.labels(kind, playbook).observe(seconds)
 

@@ -22,11 +22,10 @@ class Observer(Protocol):
     def fence_verified(self, method: str, node: str, seconds: float) -> None:
         """A fence of ``node`` by ``method`` (ipmi, pdu, fc) was verified, ``seconds`` after its run started."""
 
-    def run_started(self, kind: str, name: str, playbook: str) -> None:
-        """An ansible-runner run began (one more run in flight)."""
-
     def run_finished(self, kind: str, name: str, playbook: str, status: str, seconds: float) -> None:
-        """An ansible-runner run ended with ``status`` (successful, failed, timeout, canceled)."""
+        """An ansible-runner run ended with ``status`` (successful, failed, timeout, canceled), or
+        was read back from an earlier process's artifacts. Runs in flight are not reported here:
+        the executor counts them itself (``Executor.in_flight``)."""
 
     def reconcile_error(self, kind: str, name: str, error: str) -> None:
         """A reconcile raised; it will be retried."""
@@ -42,9 +41,6 @@ class NullObserver:
         return None
 
     def fence_verified(self, method: str, node: str, seconds: float) -> None:
-        return None
-
-    def run_started(self, kind: str, name: str, playbook: str) -> None:
         return None
 
     def run_finished(self, kind: str, name: str, playbook: str, status: str, seconds: float) -> None:

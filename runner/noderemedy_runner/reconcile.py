@@ -322,7 +322,9 @@ class NodeFenceReconciler:
             ident=ident,
             extra_extravars=extra,
             cancel=cancel,
-            on_start=lambda: self.observer.run_started(self.kind, name, playbook),
+            # earlier tries of this NodeFence: a first fence runs before other fences' retries
+            priority=NodeFenceStatus.from_dict(obj.get("status")).restarts
+            + int(action.extravars.get("attempt") or 0),
         )
         self.observer.run_finished(self.kind, name, playbook, outcome.status, outcome.seconds)
         if outcome.status == "canceled":
@@ -624,7 +626,7 @@ class Metal3RemediationReconciler:
                 namespace=namespace,
                 ident=f"{action.ident}-{int(self.clock() * 1000)}",
                 cancel=cancel,
-                on_start=lambda: self.observer.run_started(self.kind, name, "bmh_power.yml"),
+                priority=old.retry_count,  # a first remediation runs before other hosts' retries
             )
             self.observer.run_finished(self.kind, name, "bmh_power.yml", outcome.status, outcome.seconds)
             if outcome.status == "canceled":

@@ -51,6 +51,11 @@ def test_installed_entry_point() -> None:
         (["--metrics-addr", "8080"], "--metrics-addr '8080': expected host:port"),
         (["--run-deadline", "-1"], "--run-deadline: -1.0 must be positive"),
         (["--frobnicate"], "unrecognized arguments: --frobnicate"),
+        (
+            ["--playbook-dir", "/nonexistent"],
+            "--playbook-dir '/nonexistent': missing bmh_power.yml, fence_step.yml, fence_verify.yml, "
+            "out_of_service_taint.yml",
+        ),
         (["--log-level", "loud"], "argument --log-level: invalid choice: 'loud'"),
         (["--metal3-selector", "{"], "argument --metal3-selector: Expecting property name"),
         (

@@ -26,8 +26,10 @@ def test_observer_calls_update_metrics() -> None:
     m.remediation_started("NodeFence", "n1", "n1")
     m.remediation_finished("NodeFence", "n1", "n1", "Final")
     m.fence_verified("ipmi", "n1", 3.5)
-    m.run_started("NodeFence", "n1", "fence_step.yml")
-    assert v("noderemedy_runs_in_flight") == 1
+    in_flight = [3]
+    m.count_runs_in_flight(lambda: in_flight[0])
+    assert v("noderemedy_runs_in_flight") == 3
+    in_flight[0] = 0
     m.run_finished("NodeFence", "n1", "fence_step.yml", "successful", 2.0)
     m.reconcile_error("Metal3Remediation", "m", "boom")
     m.configuration_state("workers", 3, 2, True)
