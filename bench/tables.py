@@ -122,7 +122,8 @@ def watcher(doc: Any, name: str) -> list[str]:
     lines = [
         f"Measured `{_v(doc.get('generated_at'))}`; {_v(m.get('cpus'))} CPUs, Python "
         f"{_v(m.get('python'))}; {_v(doc.get('nodes'))} nodes, {_v(doc.get('failed_nodes'))} failing at "
-        "once. The file records no load average. No anchor: the targets are absolute.",
+        f"once; 1-min load average at start / end: {_v(doc.get('load_average'), '') if doc.get('load_average') else 'not recorded'}. "
+        "No anchor: the targets are absolute.",
         "",
     ]
     rows = [
@@ -155,6 +156,27 @@ def watcher(doc: Any, name: str) -> list[str]:
         ],
         ["first to last of the nodes turning NotReady", _v(doc.get("not_ready_spread_s"), " s"), DASH, DASH],
     ]
+    run = doc.get("run_started_s")
+    fl = doc.get("runs_in_flight")
+    if run and fl:
+        first = next((v for k, v in run.items() if k.startswith("first_")), [])
+        rows += [
+            [
+                f"NotReady seen → first run started (stub playbooks; queue for {_v(fl.get('bound'))} slots), "
+                "p50 / p99 / max",
+                f"{_v(run.get('p50'), ' s')} / {_v(run.get('p99'), ' s')} / {_v(run.get('max'), ' s')}",
+                DASH,
+                DASH,
+            ],
+            ["same, the first runs (a slot free)", " / ".join(_v(x, " s") for x in first), DASH, DASH],
+            [
+                "runs in flight: most at any run start / gauge max",
+                f"{_v(fl.get('max_at_run_start'))} / {_v(fl.get('gauge_max'))} "
+                f"({_v(fl.get('runs_started'))} runs)",
+                f"≤ {_v(fl.get('bound'))}",
+                _v(fl.get("never_above_bound")),
+            ],
+        ]
     return lines + _table(["figure", "value", "target", "met"], rows)
 
 
@@ -174,6 +196,7 @@ KNOWN: dict[str, tuple[str, Callable[[Any, str], list[str]]]] = {
     "fencing.json": ("Fencing modules vs the fence agents", fencing),
     "drain.json": ("Drain vs `kubectl drain` and `kubernetes.core.k8s_drain`", drain),
     "watcher.json": ("Detection at 1,000 nodes", watcher),
+    "watcher-detect-only.json": ("Detection at 1,000 nodes, no playbook runs (`--detect-only`)", watcher),
 }
 
 
