@@ -457,12 +457,12 @@ class Executor:
         time). A run with the same ident that already finished (artifacts of an earlier process)
         is not repeated: its outcome is returned with ``recovered=True``. ``extra_extravars``
         adds non-secret extravars (fence evidence for the taint); they pass the same references-
-        only check as the action's. Blocks for a free slot (``max_concurrent_runs``; slots go to the
-        lowest ``priority`` first -- the reconcilers pass the number of earlier tries, so first
-        tries run before retries: :class:`Slots`), then until
-        the run ends, its deadline passes or ``cancel`` is set. ``in_flight`` counts the runs
-        holding a slot (logged with each run's start line). Raises :class:`ExecutorError` for an action without a playbook or a
-        malformed ident; a canceled wait for a slot returns status ``canceled``.
+        only check as the action's. Blocks for a free slot (``max_concurrent_runs``; slots go to
+        the lowest ``priority`` first -- the reconcilers pass the number of earlier tries, so
+        first tries run before retries: :class:`Slots`), then until the run ends, its deadline
+        passes or ``cancel`` is set. ``in_flight`` counts the runs holding a slot (logged with
+        each run's start line). Raises :class:`ExecutorError` for an action without a playbook or
+        a malformed ident; a canceled wait for a slot returns status ``canceled``.
         """
         import ansible_runner  # type: ignore[import-untyped]  # noqa: PLC0415 - heavy import
 
@@ -557,13 +557,13 @@ def _event_counter(path: Path) -> int:
 
 
 __all__ = [
-    "Slots",
     "FENCE_MODULES",
     "Executor",
     "ExecutorError",
     "ModuleResult",
     "Release",
     "RunOutcome",
+    "Slots",
     "fence_reading",
     "link_collection",
     "method_readings",
