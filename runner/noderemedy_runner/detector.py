@@ -39,7 +39,8 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import UTC, datetime
 from typing import Any
 
@@ -237,6 +238,11 @@ class Detector:
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="detector")
         # status ConfigMap writes: one ordered background writer, off the detection path
         self._status_writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="status")
+        # per-node Lease upkeep (one API call per in-flight NodeFence): in the background, so a
+        # mass failure's upkeep never holds up the detection of the next node
+        self._upkeep = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lease-upkeep")
+        self._upkeep_future: Future[None] | None = None
+        self._creating: set[str] = set()  # nodes whose Lease _create has taken, NodeFence not yet cached
         self._lock = threading.Lock()
         self._nodes: dict[str, NodeInfo] = {}
         self._fences: dict[str, dict[str, Any]] = {}
@@ -460,11 +466,32 @@ class Detector:
             self.metrics.configuration_state(name, state.total, len(p.unhealthy.get(name, ())), state.active)
             self._report_storm(name, previous.get(name), state, now)
         self._report_refusals(p.refused)
-        if not self.dry_run and now - self._last_lease_upkeep >= min(30.0, self.leases.duration / 4):
+        upkeep_due = now - self._last_lease_upkeep >= min(30.0, self.leases.duration / 4)
+        if not self.dry_run and upkeep_due and (self._upkeep_future is None or self._upkeep_future.done()):
             self._last_lease_upkeep = now
-            self._lease_upkeep(fences, now)
+            self._upkeep_future = self._upkeep.submit(self._lease_upkeep_pass, now)
         self.last_plan = p
         return p
+
+    def wait_lease_upkeep(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the Lease upkeep under way, if any; False if it is
+        still running then."""
+        fut = self._upkeep_future
+        if fut is None:
+            return True
+        try:
+            fut.result(timeout)
+        except FutureTimeout:
+            return False
+        return True
+
+    def close(self) -> None:
+        """Finish the work under way (creates, cancels, status writes, the Lease upkeep) and flush
+        the Events; the detector acts no more."""
+        self._pool.shutdown(wait=True)
+        self._status_writer.shutdown(wait=True)
+        self._upkeep.shutdown(wait=True)
+        self.events.flush(5.0)
 
     def _report_refusals(self, refused: tuple[Refusal, ...]) -> None:
         """Report each refusal once per node and reason; forget nodes no longer refused."""
@@ -503,6 +530,8 @@ class Detector:
                 extra={"configuration": a.config, "threshold": th.describe() if th else None},
             )
             return
+        with self._lock:
+            self._creating.add(node.name)
         try:
             held, holder = self.leases.acquire(node.name)
             if not held:
@@ -581,6 +610,9 @@ class Detector:
         except ApiException as exc:
             self.metrics.reconcile_error("Detector", node.name, f"{exc.status} {exc.reason}")
             rlog.error("NodeFence not created: %s %s", exc.status, exc.reason)
+        finally:
+            with self._lock:
+                self._creating.discard(node.name)
 
     def _cancel(self, f: FenceInfo, obj: dict[str, Any] | None, node: NodeInfo | None, now: float) -> None:
         rlog = bind(log, resource=f"{KIND}/{f.name}", node=f.node)
@@ -659,13 +691,27 @@ class Detector:
         except ApiException as exc:
             rlog.warning("node Lease not released: %s", exc.reason)
 
-    def _lease_upkeep(self, fences: list[FenceInfo], now: float) -> None:
+    def _lease_upkeep_pass(self, now: float) -> None:
+        try:
+            self._lease_upkeep(now)
+        except Exception as exc:  # noqa: BLE001 - a failed upkeep is retried at the next one
+            self.metrics.reconcile_error("Detector", "-", f"lease upkeep: {exc}")
+            log.exception("node Lease upkeep failed")
+
+    def _lease_upkeep(self, now: float) -> None:
+        """Renew our per-node Leases of NodeFences not finished, release those of finished ones,
+        take the missing ones; note other holders' Leases (``_foreign``). The NodeFences are read
+        *after* the Leases, and a node whose create is under way counts as active: its Lease was
+        taken before its NodeFence exists (DESIGN.md invariant 2)."""
         try:
             leases = self.leases.list()
         except ApiException as exc:
             log.warning("per-node Leases unreadable: %s", exc.reason)
             return
-        active = {f.node for f in fences if not f.terminal}
+        with self._lock:
+            fences = [FenceInfo.from_object(o) for o in self._fences.values()]
+            known_nodes = set(self._nodes)
+            active = {f.node for f in fences if not f.terminal} | self._creating
         self._foreign = {
             node: (str(lease.holder), (lease.renewed or now) + lease.duration)
             for node, lease in leases.items()
@@ -687,7 +733,7 @@ class Detector:
             except ApiException as exc:
                 bind(log, node=node).warning("node Lease upkeep failed: %s", exc.reason)
         for f in fences:
-            if not f.terminal and f.node not in leases and f.node in self._nodes:
+            if not f.terminal and f.node not in leases and f.node in known_nodes:
                 try:
                     self.leases.acquire(f.node)
                 except ApiException as exc:
@@ -714,9 +760,7 @@ class Detector:
                 wait = 1.0
             self._dirty.wait(wait)
             self._dirty.clear()
-        self._pool.shutdown(wait=True)
-        self._status_writer.shutdown(wait=True)
-        self.events.flush(5.0)
+        self.close()
 
 
 __all__ = ["STATUS_CONFIGMAP", "STORM_CONDITION", "Detector", "EventRecorder"]
