@@ -482,8 +482,11 @@ def main() -> int:
                 deadline = time.monotonic() + 900
                 while time.monotonic() < deadline:
                     runs = parse_runs(log_path, wall0, mono0)
-                    # victims with a NodeFence (a cancelled one of a flapping node never runs)
-                    if set(victims) & set(obs.fenced) <= set(runs["first_start"]):
+                    # victims with a NodeFence and still NotReady: a NodeFence cancelled because
+                    # kwok turned its node Ready again never runs
+                    with obs.lock:
+                        waiting = {n for n in victims if n in obs.fenced and obs.down.get(n)}
+                    if waiting <= set(runs["first_start"]):
                         break
                     time.sleep(1)
                 time.sleep(5)
