@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ssl
 import urllib.request
+from importlib import resources
 from pathlib import Path
 
 import yaml
@@ -26,6 +27,23 @@ from .procs import ComponentError, Supervisor, require_port_free, tcp_listening
 #: includes node-lifecycle, taint-eviction, pod-garbage-collector, statefulset, daemonset,
 #: replicaset, deployment, disruption, persistentvolume-attach-detach, serviceaccount-token...).
 CONTROLLERS = "*"
+
+
+def node_stages() -> list[dict]:
+    """kwok's default node Stages (``data/kwok-node-stages.yaml``: node-initialize, node-heartbeat),
+    each played only on a node whose power label is ``on``.
+
+    kwok's ``--manage-nodes-with-label-selector`` alone does not stop the node-heartbeat Stage: it
+    has ``immediateNextStage``, so kwok plays it again on each heartbeat PATCH's result, and a node
+    powered off turned Ready again 20-45 s after the node lifecycle controller marked it NotReady
+    (seen as ``Patch node`` lines for a powered-off node in kwok's log, every ~22 s). With the
+    label in the Stage's selector the result of that PATCH (label ``off``) matches no Stage and the
+    loop ends."""
+    path = Path(str(resources.files("noderemedy_lab") / "data" / "kwok-node-stages.yaml"))
+    stages = [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+    for stage in stages:
+        stage["spec"].setdefault("selector", {}).setdefault("matchLabels", {})[POWER_LABEL] = "on"
+    return stages
 
 
 def _https_ok(url: str, pki_dir: Path) -> bool:
@@ -173,17 +191,20 @@ def start_kube(sup: Supervisor, cfg: LabConfig, binaries: dict[str, Path], node_
     )
     kwok_cfg = root / "kwok.yaml"
     kwok_cfg.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
-                "kind": "KwokConfiguration",
-                # kwok plays pod stages (start, delete) 4 at a time by default; a kubelet has one
-                # worker per pod, so a drained node's pods go away together, as on a real node
-                "options": {
-                    "nodeLeaseDurationSeconds": cfg.node_lease_seconds,
-                    "podPlayStageParallelism": 16,
+        yaml.safe_dump_all(
+            [
+                {
+                    "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+                    "kind": "KwokConfiguration",
+                    # kwok plays pod stages (start, delete) 4 at a time by default; a kubelet has one
+                    # worker per pod, so a drained node's pods go away together, as on a real node
+                    "options": {
+                        "nodeLeaseDurationSeconds": cfg.node_lease_seconds,
+                        "podPlayStageParallelism": 16,
+                    },
                 },
-            }
+                *node_stages(),
+            ]
         )
     )
     sup.start(

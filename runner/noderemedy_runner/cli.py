@@ -118,6 +118,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="a playbook run is killed after this many seconds (default %(default)s)",
     )
     act.add_argument(
+        "--run-nice",
+        type=int,
+        default=10,
+        metavar="N",
+        help="niceness added to each playbook run, as nice(1) (0-19, default %(default)s): when runs "
+        "load every core, detecting failed nodes and writing status keep the runner's priority",
+    )
+    act.add_argument(
         "--grace-seconds",
         type=float,
         default=0.0,
@@ -201,6 +209,8 @@ def _positive(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         p.error(f"--max-concurrent-runs: {args.max_concurrent_runs} must be at least 1")
     if args.run_deadline <= 0:
         p.error(f"--run-deadline: {args.run_deadline} must be positive")
+    if not 0 <= args.run_nice <= 19:
+        p.error(f"--run-nice: {args.run_nice} must be 0..19 (an increase of niceness)")
     if args.grace_seconds < 0:
         p.error(f"--grace-seconds: {args.grace_seconds} must not be negative")
     if args.playbook_dir is not None:
@@ -347,6 +357,7 @@ def main(argv: list[str] | None = None) -> int:
                 data_dir=args.data_dir,
                 max_concurrent_runs=args.max_concurrent_runs,
                 run_deadline=args.run_deadline,
+                run_nice=args.run_nice,
                 dry_run=args.dry_run,
                 observer=metrics,
                 namespace=args.namespace,

@@ -243,6 +243,7 @@ class Detector:
         self._upkeep = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lease-upkeep")
         self._upkeep_future: Future[None] | None = None
         self._creating: set[str] = set()  # nodes whose Lease _create has taken, NodeFence not yet cached
+        self._busy: set[str] = set()  # nodes with a create or cancel submitted and not done
         self._lock = threading.Lock()
         self._nodes: dict[str, NodeInfo] = {}
         self._fences: dict[str, dict[str, Any]] = {}
@@ -438,14 +439,22 @@ class Detector:
         self._status_writer.submit(self._write_storm_status, name, new, now)
 
     # --- one pass ----------------------------------------------------------------------------------
-    def reconcile_once(self, now: float | None = None) -> Plan:
+    def reconcile_once(self, now: float | None = None, wait: bool = True) -> Plan:
         """One detection pass on the cached Nodes/NodeFences (call :meth:`sync` first when no
-        watches run): plan, then act (unless dry-run). Returns the plan."""
+        watches run): plan, then act (unless dry-run). Returns the plan.
+
+        ``wait``: return only when the pass's creates and cancels are done. :meth:`run` passes
+        False: each create (Lease, then NodeFence: API round trips that take long on a loaded
+        API server) goes on in the background and the next pass starts as soon as another node
+        changes, so a node failing during a mass failure never waits for the creates of the nodes
+        before it. A node with a create or cancel under way is left out of the passes until it is
+        done (never two at once for one node)."""
         now = self.clock() if now is None else now
         with self._lock:
             nodes = list(self._nodes.values())
             fence_objs = dict(self._fences)
             last_healthy = dict(self._last_healthy)
+            busy = set(self._busy)
         fences = [FenceInfo.from_object(o) for o in fence_objs.values()]
         # other remediators' Leases: from the last upkeep (a create re-checks the Lease anyway)
         foreign = {n: h for n, (h, until) in self._foreign.items() if until > now}
@@ -454,14 +463,18 @@ class Detector:
         by_name = {n.name: n for n in nodes}
         # act first (the fast path), then report
         futures = [
-            self._pool.submit(self._create, a, by_name[a.node], fence_objs.get(a.node), now) for a in p.create
+            self._act(a.node, self._create, a, by_name[a.node], fence_objs.get(a.node), now)
+            for a in p.create
+            if a.node not in busy
         ]
         futures += [
-            self._pool.submit(self._cancel, f, fence_objs.get(f.name), by_name.get(f.node), now)
+            self._act(f.node, self._cancel, f, fence_objs.get(f.name), by_name.get(f.node), now)
             for f in p.cancel
+            if f.node not in busy
         ]
-        for fut in futures:
-            fut.result()
+        if wait:
+            for fut in futures:
+                fut.result()
         for name, state in p.storms.items():
             self.metrics.configuration_state(name, state.total, len(p.unhealthy.get(name, ())), state.active)
             self._report_storm(name, previous.get(name), state, now)
@@ -472,6 +485,19 @@ class Detector:
             self._upkeep_future = self._upkeep.submit(self._lease_upkeep_pass, now)
         self.last_plan = p
         return p
+
+    def _act(self, node: str, fn: Callable[..., None], *args: Any) -> Future[None]:
+        """Submit a create or cancel for ``node`` to the pool; the node is busy until it is done."""
+        with self._lock:
+            self._busy.add(node)
+        fut = self._pool.submit(fn, *args)
+
+        def done(_: Future[None]) -> None:
+            with self._lock:
+                self._busy.discard(node)
+
+        fut.add_done_callback(done)
+        return fut
 
     def wait_lease_upkeep(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for the Lease upkeep under way, if any; False if it is
@@ -752,7 +778,7 @@ class Detector:
             if beat is not None:
                 beat()
             try:
-                p = self.reconcile_once()
+                p = self.reconcile_once(wait=False)
                 wait = self.resync if p.next_check is None else min(self.resync, p.next_check + 0.01)
             except Exception as exc:  # noqa: BLE001 - one bad pass must not stop detection
                 self.metrics.reconcile_error("Detector", "-", str(exc))

@@ -31,7 +31,7 @@ import shutil
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -323,6 +323,42 @@ class Slots:
             self._cond.notify_all()
 
 
+#: Default niceness added to playbook runs (``nice(1)``'s default increment).
+RUN_NICE = 10
+
+
+def run_niced(nice: int, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` in a new thread whose niceness is raised by ``nice`` (0: called here).
+
+    Linux keeps a niceness per thread (``setpriority(PRIO_PROCESS, tid)``, see sched(7)), and a
+    process forked from a thread inherits that thread's: the ``ansible-playbook`` that
+    ansible-runner spawns in the new thread runs at the raised niceness, while the runner's other
+    threads (watches, detection, status writes) keep theirs. A dedicated thread because niceness,
+    once raised, cannot be lowered again without CAP_SYS_NICE. Where threads have no niceness of
+    their own (not Linux) the call runs unchanged.
+
+    Returns what ``fn`` returns; raises what it raises.
+    """
+    if nice <= 0 or not sys.platform.startswith("linux"):
+        return fn(*args, **kwargs)
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            tid = threading.get_native_id()
+            os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
+            box["value"] = fn(*args, **kwargs)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            box["error"] = exc
+
+    worker = threading.Thread(target=target, name=f"{threading.current_thread().name}-run", daemon=True)
+    worker.start()
+    worker.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
 class Executor:
     """Runs playbook actions through ``ansible_runner.run``.
 
@@ -337,8 +373,14 @@ class Executor:
         run_deadline: seconds a run may take; past it ansible-runner kills it (status timeout).
         rotate_artifacts: artifact dirs kept per private data dir (ansible-runner rotation).
         extra_env: more environment for the runs (e.g. ``SNMP_PERSISTENT_DIR``); never secrets.
+        run_nice: niceness added to each run (its ``ansible-playbook`` process and the thread
+            reading its events), as ``nice(1)`` does (default 10, nice's own default; 0: none).
+            Detection and reconciliation keep the runner's priority: when runs load every core,
+            a node that fails is still seen at once (issue 7's reaction target; see
+            :func:`run_niced`). Only ever an increase, so no privilege is needed.
 
-    Raises ValueError on ``max_concurrent_runs`` < 1 or ``run_deadline`` <= 0.
+    Raises ValueError on ``max_concurrent_runs`` < 1, ``run_deadline`` <= 0 or ``run_nice``
+    outside 0..19.
     """
 
     def __init__(
@@ -352,11 +394,15 @@ class Executor:
         run_deadline: float = 300.0,
         rotate_artifacts: int = 30,
         extra_env: Mapping[str, str] | None = None,
+        run_nice: int = RUN_NICE,
     ) -> None:
         if max_concurrent_runs < 1:
             raise ValueError(f"max_concurrent_runs = {max_concurrent_runs}: must be >= 1")
         if run_deadline <= 0:
             raise ValueError(f"run_deadline = {run_deadline}: must be > 0 seconds")
+        if not 0 <= run_nice <= 19:
+            raise ValueError(f"run_nice = {run_nice}: must be 0..19 (an increase of niceness)")
+        self.run_nice = run_nice
         self.data_dir = Path(data_dir)
         self.playbook_dir = Path(playbook_dir)
         self.collections_path = collections_path
@@ -501,7 +547,9 @@ class Executor:
             extra={"in_flight": in_flight, "priority": priority},
         )
         try:
-            runner = ansible_runner.run(
+            runner = run_niced(
+                self.run_nice,
+                ansible_runner.run,
                 private_data_dir=str(private),
                 project_dir=str(self.playbook_dir),
                 playbook=action.playbook,
@@ -561,6 +609,7 @@ __all__ = [
     "Executor",
     "ExecutorError",
     "ModuleResult",
+    "RUN_NICE",
     "Release",
     "RunOutcome",
     "Slots",
@@ -568,6 +617,7 @@ __all__ = [
     "link_collection",
     "method_readings",
     "parse_events",
-    "release_from_events",
     "private_dir_name",
+    "release_from_events",
+    "run_niced",
 ]

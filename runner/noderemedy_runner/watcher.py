@@ -27,7 +27,7 @@ from types import FrameType
 
 from kubernetes import client, config
 
-from noderemedy_runner.executor import Executor, link_collection
+from noderemedy_runner.executor import RUN_NICE, Executor, link_collection
 from noderemedy_runner.kubeio import METAL3REMEDIATION, NODEFENCE, KubeIO
 from noderemedy_runner.logs import bind
 from noderemedy_runner.logs import setup as setup_logs
@@ -71,6 +71,8 @@ class Watcher:
         data_dir: ansible-runner private data dirs go under it (one per custom resource).
         max_concurrent_runs: playbook runs in flight at once.
         run_deadline: seconds a run may take before it is killed.
+        run_nice: niceness added to each playbook run (see
+            :func:`~noderemedy_runner.executor.run_niced`; 0: none).
         dry_run: decide and log only; no playbook, no write.
         observer: metrics seam (:class:`~noderemedy_runner.observe.Observer`).
         metal3_selector: label selector for Metal3Remediations without the opt-in annotation
@@ -96,6 +98,7 @@ class Watcher:
         data_dir: Path,
         max_concurrent_runs: int = 4,
         run_deadline: float = 300,
+        run_nice: int = RUN_NICE,
         dry_run: bool = False,
         observer: Observer | None = None,
         metal3_selector: LabelSelector | None = None,
@@ -128,6 +131,7 @@ class Watcher:
             max_concurrent_runs=max_concurrent_runs,
             run_deadline=run_deadline,
             extra_env=extra_env,
+            run_nice=run_nice,
         )
         self.metal3_selector = metal3_selector
         self.nodefences = NodeFenceReconciler(

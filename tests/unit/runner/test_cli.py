@@ -50,6 +50,7 @@ def test_installed_entry_point() -> None:
         (["--max-concurrent-runs", "many"], "argument --max-concurrent-runs: invalid int value: 'many'"),
         (["--metrics-addr", "8080"], "--metrics-addr '8080': expected host:port"),
         (["--run-deadline", "-1"], "--run-deadline: -1.0 must be positive"),
+        (["--run-nice", "20"], "--run-nice: 20 must be 0..19"),
         (["--frobnicate"], "unrecognized arguments: --frobnicate"),
         (
             ["--playbook-dir", "/nonexistent"],
