@@ -136,6 +136,17 @@ def watcher(doc: Any, name: str) -> list[str]:
         ],
         ["same, min / max", f"{_v(r.get('min'), ' s')} / {_v(r.get('max'), ' s')}", DASH, DASH],
         [
+            "samples (NodeFence seen before its NotReady: left out)",
+            f"{_v(r.get('samples'))} "
+            + (
+                f"({len(r['left_out_nodefence_seen_before_not_ready'])} left out)"
+                if "left_out_nodefence_seen_before_not_ready" in r
+                else "(not recorded)"
+            ),
+            DASH,
+            DASH,
+        ],
+        [
             "from the *first* NotReady, p50 / p99 / max",
             f"{_v(f.get('p50'), ' s')} / {_v(f.get('p99'), ' s')} / {_v(f.get('max'), ' s')}",
             DASH,
@@ -162,7 +173,9 @@ def watcher(doc: Any, name: str) -> list[str]:
         first = next((v for k, v in run.items() if k.startswith("first_")), [])
         rows += [
             [
-                f"NotReady seen → first run started (stub playbooks; queue for {_v(fl.get('bound'))} slots), "
+                f"NotReady seen → first run started (stub playbooks; queue for {_v(fl.get('bound'))} slots"
+                + (f"; runs at nice {fl['run_nice']}" if "run_nice" in fl else "")
+                + "), "
                 "p50 / p99 / max",
                 f"{_v(run.get('p50'), ' s')} / {_v(run.get('p99'), ' s')} / {_v(run.get('max'), ' s')}",
                 DASH,
