@@ -92,6 +92,14 @@ class UnreachableError(FenceError):
     category = "unreachable"
 
 
+class DeviceTimeoutError(UnreachableError):
+    """The device is known to be there but gave no answer within ``power_timeout`` seconds: hung,
+    overloaded or powered down with its host. Not a configuration mistake (compare
+    :class:`UnreachableError`, where nothing listens at the address)."""
+
+    category = "timeout"
+
+
 class RejectedError(FenceError):
     """The device answered but rejected the request or value (SNMP wrongValue, IPMI completion code)."""
 
@@ -331,7 +339,8 @@ class FenceDriver:
         shown = ", ".join(f"{p}={s}" for p, s in last.items())
         why = f" (last read-back failed: {last_error})" if last_error else f" (read back: {shown})"
         raise VerifyError(
-            f"not verified {state} within power_timeout={self.power_timeout:g}s after {attempts} attempt(s){why}",
+            f"not verified {state} within power_timeout={self.power_timeout:g}s after {attempts} attempt(s){why}; "
+            f"the device is left commanded {state}",
             self.target,
         )
 

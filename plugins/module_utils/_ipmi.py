@@ -28,7 +28,9 @@ most logins over loopback) is closed by :func:`_install_wakeup_fix`.
 
 from __future__ import annotations
 
+import socket
 import threading
+import time
 import traceback
 from typing import Any
 
@@ -38,6 +40,7 @@ from ansible_collections.noderemedy.core.plugins.module_utils._fence import (
     OFF,
     ON,
     AuthError,
+    DeviceTimeoutError,
     FenceConfigError,
     FenceDriver,
     FenceError,
@@ -159,16 +162,44 @@ _SESSION_CLASSES: dict[int, type] = {}
 
 
 def classify_login_error(message: str, target: str) -> FenceError:
-    """pyghmi login error text -> the matching :class:`FenceError` (unknown text -> unreachable)."""
+    """pyghmi login error text -> the matching :class:`FenceError`. Text not in the table is
+    pyghmi giving up after its own retries met silence: :class:`DeviceTimeoutError`."""
     low = (message or "").lower()
     for needle, cls, text in _LOGIN_ERRORS:
         if needle in low:
             return cls(f"{text} [{message}]", target)
-    return UnreachableError(
-        "no answer from the BMC (nothing listening, wrong address or port, or filtered)"
-        + (f" [{message}]" if message and message != "None" else ""),
+    return DeviceTimeoutError(
+        "no answer from the BMC" + (f" [{message}]" if message and message != "None" else ""),
         target,
     )
+
+
+#: ASF/RMCP presence ping (DSP0136 3.2.4.1): any IPMI LAN port answers it or ignores it, so it
+#: only serves to learn whether the host refuses the port outright (ICMP port unreachable).
+_RMCP_PRESENCE_PING = bytes.fromhex("060000ff06000011be80000000")
+
+
+def port_refused(host: str, port: int, wait: float = 0.3) -> bool:
+    """Whether ``host`` answers a UDP datagram to ``port`` with ICMP port unreachable, i.e.
+    nothing listens there (a configuration mistake), as opposed to a silent BMC that is hung or
+    down (a timeout). A connected UDP socket surfaces the ICMP error as ``ConnectionRefusedError``
+    (udp(7)); a filtered path looks silent, so False is not proof that something listens."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)
+    except OSError:
+        return False
+    family, _, _, _, addr = infos[0]
+    with socket.socket(family, socket.SOCK_DGRAM) as sock:
+        sock.settimeout(wait)
+        try:
+            sock.connect(addr)
+            sock.send(_RMCP_PRESENCE_PING)
+            sock.recv(512)
+        except ConnectionRefusedError:
+            return True
+        except OSError:
+            return False
+    return False
 
 
 class IpmiDriver(FenceDriver):
@@ -242,12 +273,38 @@ class IpmiDriver(FenceDriver):
             )
 
     def _login(self, cls: type) -> Any:
-        """Create the session in a worker thread, waiting at most ``power_timeout`` seconds.
+        """Log in, trying again until ``power_timeout`` seconds have passed with no answer.
 
-        pyghmi's own login retries take about 5 s against a silent port; the wait here bounds
-        that by ``power_timeout``. A login that completes after the caller gave up is logged
-        out by the worker, so no session slot leaks.
+        Each pyghmi login gives up after about 5 s of silence; a BMC that is busy or slow may
+        answer a later try, so the tries go on until ``power_timeout``. The wait for each try is
+        bounded by what is left of it. A login that completes after the caller gave up is logged
+        out by its worker, so no session slot leaks. Silence until the deadline raises
+        :class:`DeviceTimeoutError`, unless the host refuses the port outright
+        (:func:`port_refused`): then :class:`UnreachableError`, a wrong address or port.
         """
+        deadline = time.monotonic() + self.power_timeout
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                return self._login_once(cls, max(left, 0.0))
+            except DeviceTimeoutError:
+                if deadline - time.monotonic() > 0.5:
+                    continue
+                if port_refused(self.ipaddr, self.ipport):
+                    raise UnreachableError(
+                        "nothing listens at this address and port (ICMP port unreachable): "
+                        "check ipaddr and ipport",
+                        self.target,
+                    ) from None
+                raise DeviceTimeoutError(
+                    f"no answer from the BMC within power_timeout={self.power_timeout:g}s "
+                    "(BMC hung, busy or without power; or the path to it is filtered)",
+                    self.target,
+                ) from None
+
+    def _login_once(self, cls: type, wait: float) -> Any:
+        """One pyghmi login in a worker thread, waited for at most ``wait`` seconds; silence
+        raises :class:`DeviceTimeoutError` (the caller decides whether to try again)."""
         box: dict[str, Any] = {}
         lock = threading.Lock()
         done = threading.Event()
@@ -274,15 +331,11 @@ class IpmiDriver(FenceDriver):
                 done.set()
 
         threading.Thread(target=login, name=f"ipmi-login-{self.target}", daemon=True).start()
-        if not done.wait(self.power_timeout):
+        if not done.wait(wait):
             with lock:
                 if not done.is_set():
                     box["abandoned"] = True
-                    raise UnreachableError(
-                        f"no answer from the BMC within power_timeout={self.power_timeout:g}s "
-                        "(nothing listening, wrong address or port, or filtered)",
-                        self.target,
-                    )
+                    raise DeviceTimeoutError("no answer from the BMC", self.target)
         exc = box.get("error")
         if exc is not None:
             if HAS_PYGHMI and isinstance(exc, pyghmi_exc.IpmiException):
@@ -308,7 +361,7 @@ class IpmiDriver(FenceDriver):
         try:
             rsp = self._session.raw_command(netfn=0x00, command=command, data=data)
         except pyghmi_exc.IpmiException as exc:
-            raise UnreachableError(f"BMC stopped answering: {exc}", self.target) from None
+            raise DeviceTimeoutError(f"BMC stopped answering: {exc}", self.target) from None
         code = rsp.get("code", 0)
         if code == _CC_PRIVILEGE:
             raise PrivilegeError(
@@ -317,7 +370,7 @@ class IpmiDriver(FenceDriver):
                 self.target,
             )
         if code == 0xFFFF or rsp.get("error") == "timeout":
-            raise UnreachableError("BMC did not answer the chassis command in time", self.target)
+            raise DeviceTimeoutError("BMC did not answer the chassis command in time", self.target)
         if code or "error" in rsp:
             raise RejectedError(
                 f"BMC rejected chassis command 0x{command:02x} with completion code 0x{code:02x}"

@@ -55,7 +55,9 @@ notes:
   - pyghmi picks cipher suites itself; the module restricts it to the one in O(cipher) and refuses
     the session otherwise. See C(plugins/module_utils/_ipmi.py) for how.
   - Errors are classified in RV(error) - V(auth) (wrong user or password), V(privilege) (for example a
-    O(privlvl=user) session), V(unreachable), V(rejected), V(verify) (not read back in time), V(config).
+    O(privlvl=user) session), V(unreachable) (nothing listens at the address and port), V(timeout) (no
+    answer within O(power_timeout): the BMC is hung, busy or without power), V(rejected), V(verify)
+    (not read back in time), V(config).
 seealso:
   - name: fence_ipmilan
     description: The fence agent this module follows.
@@ -125,7 +127,7 @@ attempts:
   type: int
   sample: 1
 error:
-  description: Error class on failure - auth, privilege, unreachable, rejected, not_found, verify, config.
+  description: Error class on failure - auth, privilege, unreachable, timeout, rejected, not_found, verify, config.
   returned: failure
   type: str
   sample: auth

@@ -451,13 +451,15 @@ class Executor:
     def recover(self, private_dir: Path, ident: str) -> RunOutcome | None:
         """The outcome of a run ``ident`` that finished before this process started (its
         artifacts hold a final ``status`` and ``rc``), or None. Incomplete artifacts (the runner
-        died mid-run) are removed so the run can be replayed cleanly."""
+        died mid-run) and those of a ``canceled`` run (stopped by a graceful shutdown, so it never
+        finished) are removed: the run is replayed cleanly. The machine replays one segment of a
+        step at most, which is idempotent (:func:`noderemedy_runner.nodefence.step_segments`)."""
         art = private_dir / "artifacts" / ident
         if not art.is_dir():
             return None
         status_file, rc_file = art / "status", art / "rc"
         status = status_file.read_text().strip() if status_file.is_file() else ""
-        if status not in FINAL_STATUSES or not rc_file.is_file():
+        if status not in FINAL_STATUSES or status == "canceled" or not rc_file.is_file():
             shutil.rmtree(art, ignore_errors=True)
             return None
         events: list[dict[str, Any]] = []
@@ -582,7 +584,7 @@ class Executor:
         if status == "timeout":
             failed.append(f"deadline: killed after {self.run_deadline:g} s")
         elif status == "canceled":
-            failed.append("canceled: the custom resource was deleted")
+            failed.append("canceled: the runner is stopping or the custom resource was deleted")
         return RunOutcome(
             run_ident,
             status,

@@ -18,6 +18,19 @@ Automaton (DESIGN.md "NodeFence"; docs/state-machines.md has the diagram)::
     Final    nothing (Succeeded=True)
 
 A failed step run is retried ``step_retries`` times (``retries`` counts them) before Error.
+
+A step runs in *segments* (:func:`step_segments`): its methods split wherever the direction of
+the action changes (``off`` then ``on``), and a ``reboot`` method on its own. Each segment is one
+run, and the status commits to the next segment before it starts. Repeating a segment repeats only
+actions that are idempotent as a group (an off of what is off, an on of what is on), so a replay
+after a crash or a graceful stop resumes after the last segment that finished: the off of a power
+cycle is never repeated once its on has started. The progress lives in the custom resource's
+status, not in run artifacts, which an empty data dir (a new leader, a rescheduled pod) has lost.
+
+A NodeFence whose node does not exist touches no device: ``Processing=False``, reason
+``NodeNotFound``, until the Node exists or an admin confirms the fencing of a machine that has no
+Node with the annotation :data:`CONFIRM_MISSING_NODE_ANNOTATION` (``"true"``). Without a Node
+nothing is released (there is no Node to taint) and recovery waits for the Node to register.
 In Running and Done (before Recovery) the node's workloads are released with the out-of-service
 taint as soon as an observation shows a verified fence of this node; the taint action cannot be
 built without one (:func:`noderemedy_runner.actions.taint_out_of_service`, invariant 1). Isolation
@@ -59,6 +72,11 @@ FENCE_VERIFIED = "FenceVerified"
 
 #: Longest executor message copied into a condition (metav1.Condition allows 32768).
 MAX_MESSAGE = 1024
+#: Annotation by which an admin confirms that a NodeFence may fence a machine whose Node object
+#: does not exist (value ``"true"``); without it such a NodeFence touches no device.
+CONFIRM_MISSING_NODE_ANNOTATION = "remediation.noderemedy.io/fence-without-node"
+#: Seconds between looks at a NodeFence whose node does not exist.
+NODE_NOT_FOUND_RECHECK_SECONDS = 10.0
 
 _STEP_SLUG: dict[str, str] = {
     "Isolation": "isolation",
@@ -70,12 +88,16 @@ _STEP_SLUG: dict[str, str] = {
 @dataclass(frozen=True)
 class RunRef:
     """The step run the status has committed to: ansible-runner ``ident``, ``step``, ``attempt``
-    (0-based, equals ``retries`` when started), ``not_before`` (seconds; retry back-off)."""
+    (0-based, equals ``retries`` when started), ``not_before`` (seconds; retry back-off),
+    ``segment`` (0-based index into :func:`step_segments` of the step) and ``segments`` (how many
+    the step has; 1 for a step whose methods all act in one direction)."""
 
     ident: str
     step: Step
     attempt: int
     not_before: float
+    segment: int = 0
+    segments: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         """JSON shape in ``status.currentRun``."""
@@ -84,15 +106,28 @@ class RunRef:
             "step": self.step,
             "attempt": self.attempt,
             "notBefore": format_time(self.not_before),
+            "segment": self.segment,
+            "segments": self.segments,
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunRef:
-        """Inverse of :meth:`to_dict`; ValueError on a malformed object."""
+        """Inverse of :meth:`to_dict` (a status without ``segment`` is at segment 0 of 1);
+        ValueError on a malformed object."""
         step = data["step"]
         if step not in STEPS:
             raise ValueError(f"status.currentRun.step {step!r} not in {STEPS}")
-        return cls(str(data["ident"]), step, int(data["attempt"]), parse_time(str(data["notBefore"])))
+        segment, segments = int(data.get("segment", 0)), int(data.get("segments", 1))
+        if not 0 <= segment < max(1, segments):
+            raise ValueError(f"status.currentRun.segment {segment} not in 0..{segments - 1}")
+        return cls(
+            str(data["ident"]),
+            step,
+            int(data["attempt"]),
+            parse_time(str(data["notBefore"])),
+            segment,
+            segments,
+        )
 
 
 @dataclass(frozen=True)
@@ -198,7 +233,9 @@ class NodeFenceObservations:
     None counts the grace period from ``now``, i.e. never starts fencing).
     ``fence``: a read-back made for this decision (verify_fence) or by the run just finished;
     ``result``: the executor's result for ``status.current_run`` when known (lost on a crash).
-    ``generation``: the NodeFence's ``metadata.generation``."""
+    ``generation``: the NodeFence's ``metadata.generation``. ``node_exists``: the Node object
+    exists; ``missing_node_confirmed``: an admin confirmed fencing without one
+    (:data:`CONFIRM_MISSING_NODE_ANNOTATION`)."""
 
     node: str
     now: float
@@ -208,17 +245,46 @@ class NodeFenceObservations:
     fence: FenceReading | None = None
     result: StepResult | None = None
     generation: int = 0
+    node_exists: bool = True
+    missing_node_confirmed: bool = False
 
 
-def run_ident(name: str, restarts: int, step: Step, attempt: int) -> str:
-    """Deterministic ansible-runner ident: ``<name>-r<restarts>-<step>-a<attempt>``.
+def run_ident(name: str, restarts: int, step: Step, attempt: int, segment: int = 0) -> str:
+    """Deterministic ansible-runner ident: ``<name>-r<restarts>-<step>-a<attempt>``, with
+    ``-s<segment>`` appended for segments after the first.
 
     Names longer than 200 characters are shortened to 191 characters plus 8 hex digits of their
     SHA-256, so the ident fits ``status.currentRun.ident`` (at most 253 characters).
     """
     if len(name) > 200:
         name = f"{name[:191]}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
-    return f"{name}-r{restarts}-{_STEP_SLUG[step]}-a{attempt}"
+    tail = f"-s{segment}" if segment else ""
+    return f"{name}-r{restarts}-{_STEP_SLUG[step]}-a{attempt}{tail}"
+
+
+def step_segments(methods: tuple[FenceMethod, ...]) -> tuple[tuple[FenceMethod, ...], ...]:
+    """Split a step's ordered methods into segments, each idempotent as a whole.
+
+    A segment is a maximal run of consecutive methods with the same ``action`` (``off`` or
+    ``on``); a ``reboot`` method is a segment of its own. Performing a segment twice has the
+    effect of performing it once (an off of what is off changes nothing), while a whole step
+    such as ``ipmi-off ipmi-on`` does not: replayed after its on took effect, it would cut the
+    power of a node that is booting again. The machine commits to each segment in the status
+    before running it. A ``reboot`` alone is not idempotent: its replay power-cycles again, which
+    is why docs/fence-config.md asks for ``off`` then ``on`` methods. Returns ``()`` for no methods.
+    """
+    out: list[list[FenceMethod]] = []
+    for m in methods:
+        if out and m.action != "reboot" and out[-1][-1].action == m.action:
+            out[-1].append(m)
+        else:
+            out.append([m])
+    return tuple(tuple(seg) for seg in out)
+
+
+def _segment(config: FenceConfig, run: RunRef) -> tuple[FenceMethod, ...]:
+    segs = step_segments(config.methods(run.step))
+    return segs[run.segment] if run.segment < len(segs) else ()
 
 
 def _methods_extravars(methods: tuple[FenceMethod, ...]) -> list[dict[str, Any]]:
@@ -229,7 +295,8 @@ def run_step_action(
     name: str, run: RunRef, config: FenceConfig, namespace: str | None = None, release: bool = False
 ) -> Action:
     """``run_step`` for ``run``: playbook ``fence_step.yml``, extravars with the node, the fence
-    ConfigMap's name and the step's methods (references only: addresses, plugs, Secret names).
+    ConfigMap's name and the methods of the run's segment of the step (:func:`step_segments`;
+    references only: addresses, plugs, Secret names).
 
     ``release`` (extravar ``release_workloads``): the same run then adds the out-of-service taint
     with the evidence of the fence *it* verified -- ``noderemedy.core.node_taint`` refuses anything
@@ -245,9 +312,10 @@ def run_step_action(
             "nodefence": name,
             "step": run.step,
             "attempt": run.attempt,
+            "segment": run.segment,
             "fence_config": config.configmap,
             "namespace": namespace,
-            "methods": _methods_extravars(config.methods(run.step)),
+            "methods": _methods_extravars(_segment(config, run)),
             "release_workloads": release,
         },
         reason=f"Run{run.step}",
@@ -286,10 +354,33 @@ def _phase(s: NodeFenceStatus, phase: Phase, now: float) -> NodeFenceStatus:
     return replace(s, status=phase, last_transition_time=now)
 
 
-def _start_run(name: str, s: NodeFenceStatus, step: Step, now: float, not_before: float) -> NodeFenceStatus:
-    run = RunRef(run_ident(name, s.restarts, step, s.retries), step, s.retries, not_before)
+def _start_run(
+    name: str,
+    s: NodeFenceStatus,
+    step: Step,
+    now: float,
+    not_before: float,
+    config: FenceConfig,
+    segment: int = 0,
+) -> NodeFenceStatus:
+    segs = step_segments(config.methods(step))
+    run = RunRef(
+        run_ident(name, s.restarts, step, s.retries, segment), step, s.retries, not_before, segment, len(segs)
+    )
     s = replace(s, step=step, current_run=run, start_time=s.start_time if s.start_time is not None else now)
-    return _cond(s, PROCESSING, "True", "FenceAgentRunning", f"running {step} attempt {s.retries}", now)
+    what = f"running {step} attempt {s.retries}"
+    if len(segs) > 1:
+        names = " ".join(m.name for m in segs[segment])
+        what += f", methods {names} (segment {segment + 1} of {len(segs)})"
+    return _cond(s, PROCESSING, "True", "FenceAgentRunning", what, now)
+
+
+#: What the flow does after each step succeeded (the ``Processing`` message).
+_AFTER_STEP: dict[str, str] = {
+    "Isolation": "Isolation succeeded; power management next unless the node is Ready",
+    "PowerManagement": "PowerManagement succeeded; waiting for the node to be Ready",
+    "Recovery": "Recovery succeeded; removing the out-of-service taint",
+}
 
 
 def _write(new: NodeFenceStatus, reason: str) -> Action:
@@ -297,16 +388,26 @@ def _write(new: NodeFenceStatus, reason: str) -> Action:
 
 
 def _apply_result(
-    name: str, s: NodeFenceStatus, r: StepResult, node: str, now: float, p: NodeFencePolicy
+    name: str,
+    s: NodeFenceStatus,
+    r: StepResult,
+    node: str,
+    now: float,
+    p: NodeFencePolicy,
+    config: FenceConfig,
 ) -> NodeFenceStatus:
     run = s.current_run
     if run is None:
         raise ValueError("a step result without a committed run")
     if r.ok:
-        s = replace(s, jobs=(*s.jobs, run.ident), retries=0, current_run=None)
-        s = _cond(
-            s, FENCE_AGENT_ACTION_SUCCEEDED, "True", "FenceAgentSucceeded", f"{run.step} succeeded", now
+        segs = len(step_segments(config.methods(run.step)))
+        done = (
+            f"{run.step} succeeded"
+            if segs <= 1
+            else f"{run.step} segment {run.segment + 1} of {segs} succeeded"
         )
+        s = replace(s, jobs=(*s.jobs, run.ident))
+        s = _cond(s, FENCE_AGENT_ACTION_SUCCEEDED, "True", "FenceAgentSucceeded", done, now)
         if r.fence is not None and r.fence.verifies(node):
             s = _cond(
                 s,
@@ -316,6 +417,10 @@ def _apply_result(
                 f"{r.fence.kind} read back ({r.fence.source})",
                 now,
             )
+        if run.segment + 1 < segs:  # the next segment of the same attempt, committed before it runs
+            return _start_run(name, s, run.step, now, now, config, run.segment + 1)
+        s = replace(s, retries=0, current_run=None)
+        s = _cond(s, PROCESSING, "True", "StepSucceeded", _AFTER_STEP[run.step], now)
         if run.step == "Isolation":
             return _phase(s, "Running", now)
         if run.step == "PowerManagement":
@@ -333,9 +438,16 @@ def _apply_result(
     )
     if s.retries < p.step_retries:
         s = replace(s, retries=s.retries + 1)
-        return _start_run(name, s, run.step, now, now + p.retry_delay_seconds)
+        return _start_run(name, s, run.step, now, now + p.retry_delay_seconds, config, run.segment)
     s = replace(s, current_run=None)
-    s = _cond(s, PROCESSING, "False", reason, f"{run.step} failed after {s.retries + 1} attempts", now)
+    s = _cond(
+        s,
+        PROCESSING,
+        "False",
+        reason,
+        f"{run.step} failed after {s.retries + 1} attempts; last: {r.message[:MAX_MESSAGE]}",
+        now,
+    )
     return _phase(s, "Error", now)
 
 
@@ -366,18 +478,39 @@ def decide(
     if s.observed_generation != obs.generation:
         return _write(replace(s, observed_generation=obs.generation), "ObservedGeneration")
 
-    # 1. A committed run: consume its result, or (re)start it. Same ident → idempotent replay.
+    # 0. No Node: no device is touched without an admin's confirmation.
+    resting = s.status == "Final" or (s.status == "Error" and s.restarts >= policy.max_restarts)
+    processing = find_condition(s.conditions, PROCESSING)
+    if not obs.node_exists and not obs.missing_node_confirmed and not resting:
+        message = (
+            f"node {node} does not exist: no fence device is touched until it does, or until the "
+            f"annotation {CONFIRM_MISSING_NODE_ANNOTATION}=true confirms fencing a machine without a Node"
+        )
+        if processing is None or processing.reason != "NodeNotFound" or processing.message != message:
+            return _write(_cond(s, PROCESSING, "False", "NodeNotFound", message, now), "NodeNotFound")
+        return act.wait(NODE_NOT_FOUND_RECHECK_SECONDS, "NodeNotFound")
+    if obs.node_exists and processing is not None and processing.reason == "NodeNotFound":
+        new = _cond(s, PROCESSING, "True", "NodeFound", f"node {node} exists again", now)
+        return _write(new, "NodeFound")
+
+    # 1. A committed run: consume its result, or (re)start it. Same ident → idempotent replay of
+    #    one segment (step_segments).
     run = s.current_run
     if run is not None:
         if obs.result is not None and obs.result.ident == run.ident:
-            return _write(_apply_result(name, s, obs.result, node, now, policy), "StepFinished")
+            return _write(_apply_result(name, s, obs.result, node, now, policy, config), "StepFinished")
         if now < run.not_before:
             return act.wait(run.not_before - now, "RetryBackoff")
-        release = run.step != "Recovery" and not obs.taint_present
+        release = (
+            run.step != "Recovery"
+            and obs.node_exists
+            and not obs.taint_present
+            and any(m.action == "off" for m in _segment(config, run))
+        )
         return run_step_action(name, run, config, namespace, release)
 
     # 2. Release workloads as soon as a fence is verified (invariant 1: only with a reading).
-    if s.status in ("Running", "Done") and s.step != "Recovery" and not obs.taint_present:
+    if s.status in ("Running", "Done") and s.step != "Recovery" and obs.node_exists and not obs.taint_present:
         if obs.fence is not None and obs.fence.verifies(node):
             return act.taint_out_of_service(node, obs.fence)
         if is_true(s.conditions, FENCE_VERIFIED):
@@ -400,7 +533,7 @@ def decide(
         if remaining > 0:
             return act.wait(remaining, "GracePeriod")
         if config.isolation:
-            return _write(_start_run(name, s, "Isolation", now, now), "StartIsolation")
+            return _write(_start_run(name, s, "Isolation", now, now, config), "StartIsolation")
         new = _cond(
             replace(s, start_time=now), PROCESSING, "True", "NoIsolationMethods", "no isolation methods", now
         )
@@ -410,7 +543,7 @@ def decide(
         if obs.node_ready:
             return _write(_phase(s, "Done", now), "NodeReady")
         if config.power_management:
-            return _write(_start_run(name, s, "PowerManagement", now, now), "StartPowerManagement")
+            return _write(_start_run(name, s, "PowerManagement", now, now, config), "StartPowerManagement")
         new = replace(s, step="PowerManagement")
         return _write(_phase(new, "Done", now), "NoPowerManagementMethods")
 
@@ -425,8 +558,10 @@ def decide(
             return _write(_phase(new, "Final", now), "RemediationFinished")
         if obs.node_ready:
             if config.recovery:
-                return _write(_start_run(name, s, "Recovery", now, now), "StartRecovery")
+                return _write(_start_run(name, s, "Recovery", now, now, config), "StartRecovery")
             return _write(replace(s, step="Recovery"), "NoRecoveryMethods")
+        if not obs.node_exists:  # fenced without a Node (confirmed): recovery waits for it to register
+            return act.wait(NODE_NOT_FOUND_RECHECK_SECONDS, "NodeNotFound")
         entered = s.last_transition_time if s.last_transition_time is not None else now
         remaining = entered + policy.recovery_timeout_seconds - now
         if remaining > 0:
@@ -465,6 +600,7 @@ def is_terminal(status: NodeFenceStatus, policy: NodeFencePolicy) -> bool:
 
 
 __all__ = [
+    "CONFIRM_MISSING_NODE_ANNOTATION",
     "PHASES",
     "NodeFenceObservations",
     "NodeFencePolicy",
@@ -476,5 +612,6 @@ __all__ = [
     "is_terminal",
     "run_ident",
     "run_step_action",
+    "step_segments",
     "verify_fence_action",
 ]

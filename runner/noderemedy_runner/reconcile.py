@@ -60,6 +60,7 @@ from noderemedy_runner.kubeio import (
     ready_condition,
 )
 from noderemedy_runner.nodefence import (
+    CONFIRM_MISSING_NODE_ANNOTATION,
     NodeFenceObservations,
     NodeFencePolicy,
     NodeFenceStatus,
@@ -255,6 +256,13 @@ class NodeFenceReconciler:
                 fence=reading,
                 result=held.result,
                 generation=int(meta.get("generation") or 0),
+                node_exists=node_obj is not None,
+                missing_node_confirmed=str(
+                    (meta.get("annotations") or {}).get(CONFIRM_MISSING_NODE_ANNOTATION, "")
+                )
+                .strip()
+                .lower()
+                == "true",
             )
             action = decide(name, status, obs, config, self.policy, self.namespace)
             log.debug("NodeFence %s: %s (%s)", name, action.kind, action.reason)
@@ -269,7 +277,8 @@ class NodeFenceReconciler:
                 self._write(obj, status, action)  # on a 409 nothing was written: re-read, re-decide
                 continue
             if action.kind in ("run_step", "verify_fence"):
-                self._run_fence(obj, node, action, held, cancel)
+                if not self._run_fence(obj, node, action, held, cancel):
+                    return None if cancel.is_set() else ERROR_REQUEUE_SECONDS
                 continue
             if action.kind in ("taint_out_of_service", "untaint_out_of_service"):
                 if not self._taint(obj, node, action, held, cancel):
@@ -308,7 +317,10 @@ class NodeFenceReconciler:
 
     def _run_fence(
         self, obj: dict[str, Any], node: str, action: Action, held: _Held, cancel: threading.Event
-    ) -> None:
+    ) -> bool:
+        """Run a ``run_step``/``verify_fence`` action and keep its result and reading in ``held``.
+        False when the run was canceled (the runner is stopping, or the NodeFence went away): no
+        result is kept, and the caller stops instead of asking for the same run again."""
         name = str(_meta(obj).get("name"))
         ident = action.ident or f"{name}-verify-{int(self.clock() * 1000)}"
         playbook = action.playbook or ""
@@ -328,7 +340,7 @@ class NodeFenceReconciler:
         )
         self.observer.run_finished(self.kind, name, playbook, outcome.status, outcome.seconds)
         if outcome.status == "canceled":
-            return
+            return False
         now = self.clock()
         methods = list(action.extravars.get("methods") or [])
         reading, evidence = fence_reading(node, methods, outcome, now)
@@ -341,7 +353,7 @@ class NodeFenceReconciler:
                 held.reading = reading or FenceReading(node, False, "power_off", "verify", now)
                 held.evidence = None
             self._run_event(obj, action, outcome, "FenceVerify")
-            return
+            return True
         held.result = StepResult(
             ident=ident,
             ok=outcome.succeeded,
@@ -365,6 +377,7 @@ class NodeFenceReconciler:
             taint_event(
                 self.kube, obj, node, "Warning", "OutOfServiceTaintRefused", f"node {node}: {release.message}"
             )
+        return True
 
     def _run_event(self, obj: Mapping[str, Any], action: Action, outcome: RunOutcome, what: str) -> None:
         if outcome.succeeded:

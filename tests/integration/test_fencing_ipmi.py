@@ -7,6 +7,8 @@ hook) and ``ipmitool``. Run with ``NODEREMEDY_LAB_KUBE=0`` to start the devices 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import subprocess
 import time
@@ -208,7 +210,29 @@ def test_nothing_listening_fails_as_unreachable_within_power_timeout(lab, bmc0, 
     )
     out = assert_failed_unfenced(res, "bad")
     assert out["error"] == "unreachable"
-    assert "within power_timeout=3s" in out["msg"] or "no answer" in out["msg"]
+    assert "nothing listens at this address and port" in out["msg"]
+
+
+@pytest.mark.timeout(120)
+def test_a_hung_bmc_fails_as_a_timeout_only_after_power_timeout(lab, play) -> None:
+    """A BMC process that stops answering (SIGSTOP: its socket stays bound, so no ICMP refusal)
+    is a timeout, not "nothing listening", and the module keeps trying for power_timeout."""
+    node = "lab-node-2"
+    bmc = bmc_of(lab, node)
+    pid = lab.supervisor.procs[f"bmc {node}"].pid
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        res = play([{"name": "hung", MODULE: args(bmc, "status", power_timeout=8), "ignore_errors": True}])
+        elapsed = time.monotonic() - started
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    out = assert_failed_unfenced(res, "hung")
+    print(f"hung BMC reported after {elapsed:.1f} s: {out['msg']}")
+    assert out["error"] == "timeout", out
+    assert "within power_timeout=8s" in out["msg"] and "nothing listens" not in out["msg"]
+    assert elapsed >= 8  # it kept trying until power_timeout, not pyghmi's own ~5 s
+    assert ipmitool_status(bmc).startswith("Chassis Power is")  # the BMC answers again
 
 
 def test_cipher_zero_is_refused_before_any_packet(lab, bmc0, play) -> None:

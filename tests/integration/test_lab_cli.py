@@ -66,6 +66,17 @@ def test_cli_up_status_env_down_leaves_nothing(tmp_path):
         env = subprocess.run([*CLI, *base, "env"], capture_output=True, text=True, timeout=30)
         assert env.returncode == 0
         assert "export KUBECONFIG=" in env.stdout and "SNMP_PERSISTENT_DIR" in env.stdout
+        # as the README writes it: ./dev's own setup output must not reach the eval
+        dev = Path(__file__).resolve().parents[2] / "dev"
+        evaluated = subprocess.run(
+            ["bash", "-c", f'eval "$({dev} lab --workdir {workdir} env)" && echo "KUBECONFIG=$KUBECONFIG"'],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert evaluated.returncode == 0, evaluated.stderr
+        assert "command not found" not in evaluated.stderr, evaluated.stderr
+        assert f"KUBECONFIG={workdir}" in evaluated.stdout, evaluated.stdout
         # a second 'up' on the same workdir refuses instead of clobbering the running lab
         again = subprocess.run(
             [*CLI, *base, "up", "--nodes", "1", "--port-base", "22000"],

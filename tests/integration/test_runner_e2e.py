@@ -429,7 +429,8 @@ def test_nodefence_fences_releases_and_recovers_a_dead_node(
         ], seen["phases"]
         assert st["jobs"] == [
             f"{name}-r0-isolation-a0",
-            f"{name}-r0-power-management-a0",
+            f"{name}-r0-power-management-a0",  # ipmi-off
+            f"{name}-r0-power-management-a0-s1",  # ipmi-on: its own run, committed after the off
             f"{name}-r0-recovery-a0",
         ]
         c = conds(obj)
@@ -439,18 +440,17 @@ def test_nodefence_fences_releases_and_recovers_a_dead_node(
         assert seen["moved"] == OTHER, "db-0 never ran on the other node while the dead one was fenced"
         print(f"\nFIGURE nodefence creation -> taint seen: {seen['taint_at']:.2f} s; phases {seen['phases']}")
         # IPMI off and on, each read back, through the real BMC (the PowerManagement run's results)
-        pm = Executor(r.data_dir / "runs", ROOT / "playbooks").recover(
-            private_dir(r, obj), f"{name}-r0-power-management-a0"
-        )
-        assert pm is not None and pm.succeeded, pm
-        assert [(m.device_type, m.state, m.fence.get("verified")) for m in pm.modules] == [
+        ex = Executor(r.data_dir / "runs", ROOT / "playbooks")
+        pm = [ex.recover(private_dir(r, obj), f"{name}-r0-power-management-a0{s}") for s in ("", "-s1")]
+        assert all(o is not None and o.succeeded for o in pm), pm
+        assert [(m.device_type, m.state, m.fence.get("verified")) for o in pm for m in o.modules] == [  # type: ignore[union-attr]
             ("ipmi", "off", True),
             ("ipmi", "on", False),
-        ], pm.modules
+        ], pm
         assert power_log(lab_kube, DEAD)[len(log_before) :].split()[-1:] == ["1"], "the BMC did not power on"
         assert lab_kube.node_ready([DEAD])[DEAD] == "True"
         reasons = [e.reason for e in events_of(api, obj)]
-        assert reasons.count("FenceAgentSucceeded") == 3 and "OutOfServiceTaintAdded" in reasons
+        assert reasons.count("FenceAgentSucceeded") == 4 and "OutOfServiceTaintAdded" in reasons
         # released by the Isolation run itself, on the FC fence that run read back
         added = [e.message for e in events_of(api, obj) if e.reason == "OutOfServiceTaintAdded"]
         assert added == [
@@ -710,6 +710,7 @@ def test_kill9_at_every_transition_reaches_the_same_final_state(
     assert st["jobs"] == [
         f"{name}-r0-isolation-a0",
         f"{name}-r0-power-management-a0",
+        f"{name}-r0-power-management-a0-s1",
         f"{name}-r0-recovery-a0",
     ]
     assert conds(obj)["Succeeded"]["status"] == "True"
@@ -726,8 +727,9 @@ def test_kill9_at_every_transition_reaches_the_same_final_state(
     assert runs and not [x for x in runs if ": failed in" in x or ": timeout in" in x], runs
     # every fence step ran to completion exactly once; a replay (killed mid-run) is the same idempotent ident
     finished = [x.split(":")[0] for x in runs if ": successful in" in x]
-    for step in ("isolation", "power-management", "recovery"):
-        assert f"run {name}-r0-{step}-a0" in finished, runs
+    for step in ("isolation", "power-management", "power-management-a0-s1", "recovery"):
+        ident = f"{name}-r0-{step}" if step.endswith("-s1") else f"{name}-r0-{step}-a0"
+        assert f"run {ident}" in finished, runs
     print(f"\nFIGURE kill -9 runs: {runs}")
     print(f"\nFIGURE kill -9 at {len(kills)} transitions: {kills}; runner starts {r.starts}")
 

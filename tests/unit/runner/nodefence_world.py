@@ -20,7 +20,7 @@ from noderemedy_runner.nodefence import (
 NODE = "worker-1"
 NAME = "nf-worker-1"
 T0 = 1_700_000_000
-_IDENT_RE = re.compile(r"-r(\d+)-(isolation|power-management|recovery)-a(\d+)$")
+_IDENT_RE = re.compile(r"-r(\d+)-(isolation|power-management|recovery)-a(\d+)(?:-s\d+)?$")
 _STEP_INDEX = {"isolation": 0, "power-management": 1, "recovery": 2}
 
 
@@ -58,6 +58,8 @@ class World:
     ever_fenced: bool = False
     releases: int = 0
     runs: list[str] = field(default_factory=list)
+    #: (restarts, method name, action) of every power action that reached the PDU, in order
+    power_log: list[tuple[int, str, str]] = field(default_factory=list)
 
     def fails_run(self, ident: str) -> bool:
         m = _IDENT_RE.search(ident)
@@ -81,12 +83,15 @@ class World:
             else:
                 self.power_on = m["action"] == "on"
                 self.ever_fenced |= not self.power_on
+                restarts = _IDENT_RE.search(action.ident)
+                assert restarts is not None
+                self.power_log.append((int(restarts.group(1)), m["name"], m["action"]))
                 readings.append(
                     MethodReading(m["name"], "pdu", m["action"], "on" if self.power_on else "off")
                 )
         if action.step == "Isolation" and self.ready_after_isolation:
             self.node_ready = True
-        if action.step == "PowerManagement" and self.revive:
+        if action.step == "PowerManagement" and self.revive and self.power_on:
             self.node_ready = True
         return StepResult(action.ident, ok=True, fence=reading_from_methods(NODE, tuple(readings), now))
 

@@ -267,6 +267,26 @@ def test_cancel_stops_the_run(tmp_path: Path, playbooks: Path) -> None:
     assert out.status == "canceled"
 
 
+def test_a_canceled_run_is_replayed_after_a_restart_not_recovered(tmp_path: Path, playbooks: Path) -> None:
+    """A graceful stop cancels the run in flight (status ``canceled``, rc 254): it never finished,
+    so the next process replays it instead of reading back "canceled" and asking again forever."""
+    cancel = threading.Event()
+    timer = threading.Timer(2.0, cancel.set)
+    timer.start()
+    try:
+        first = Executor(tmp_path, playbooks, run_deadline=120).run(
+            action("sleep.yml", "c-2", seconds=30), kind="NodeFence", name="nf", cancel=cancel
+        )
+    finally:
+        timer.cancel()
+    art = Path(first.artifact_dir)
+    assert first.status == "canceled" and (art / "status").read_text().strip() == "canceled"
+    ex = Executor(tmp_path, playbooks, run_deadline=120)
+    assert ex.recover(art.parent.parent, "c-2") is None and not art.exists()
+    again = ex.run(action("sleep.yml", "c-2", seconds=0), kind="NodeFence", name="nf")
+    assert again.succeeded and not again.recovered
+
+
 def test_concurrent_runs_are_bounded(tmp_path: Path, playbooks: Path) -> None:
     ex = Executor(tmp_path, playbooks, max_concurrent_runs=1, run_deadline=60)
     outs: list[RunOutcome] = []

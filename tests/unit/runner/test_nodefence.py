@@ -25,6 +25,7 @@ from noderemedy_runner.nodefence import (
     StepResult,
     decide,
     run_ident,
+    step_segments,
 )
 
 POLICY = NodeFencePolicy(
@@ -52,8 +53,18 @@ def status(phase: str = "New", step: str = "Isolation", **kw: Any) -> NodeFenceS
     return NodeFenceStatus(status=phase, step=step, **kw)  # type: ignore[arg-type]
 
 
-def run_ref(step: str = "Isolation", attempt: int = 0, restarts: int = 0, not_before: float = NOW) -> RunRef:
-    return RunRef(run_ident(NAME, restarts, step, attempt), step, attempt, not_before)  # type: ignore[arg-type]
+def run_ref(
+    step: str = "Isolation", attempt: int = 0, restarts: int = 0, not_before: float = NOW, segment: int = 0
+) -> RunRef:
+    segments = len(step_segments(CONFIG.methods(step)))  # type: ignore[arg-type]
+    return RunRef(
+        run_ident(NAME, restarts, step, attempt, segment),  # type: ignore[arg-type]
+        step,  # type: ignore[arg-type]
+        attempt,
+        not_before,
+        segment,
+        segments,
+    )
 
 
 def observe(**kw: Any) -> NodeFenceObservations:
@@ -137,9 +148,35 @@ ROWS: list[tuple[str, NodeFenceStatus, NodeFenceObservations, FenceConfig, str, 
      observe(result=StepResult(run_ident(NAME, 0, "PowerManagement", 2), False, timed_out=True)), CONFIG, "write_status",
      {"status": "Running→Error", "current_run": None, "retries": 2,
       "FenceAgentActionSucceeded": ("False", "FenceAgentTimedOut"), "Processing": ("False", "FenceAgentTimedOut")}),
-    ("result/power-management-ok", status("Running", "PowerManagement", current_run=run_ref("PowerManagement")),
+    ("result/power-management-off-segment-ok", status("Running", "PowerManagement", current_run=run_ref("PowerManagement")),
      observe(result=StepResult(run_ident(NAME, 0, "PowerManagement", 0), True)), CONFIG, "write_status",
-     {"status": "Running→Done", "current_run": None}),
+     {"status": "Running→Running", "current_run": run_ref("PowerManagement", segment=1),
+      "jobs": (run_ident(NAME, 0, "PowerManagement", 0),), "Processing": ("True", "FenceAgentRunning")}),
+    ("run/power-management-segments", status("Running", "PowerManagement", current_run=run_ref("PowerManagement", segment=1)),
+     observe(), CONFIG, "run_step", {"extravars.methods": ["pdu-on"], "extravars.release_workloads": False,
+                                     "ident": run_ident(NAME, 0, "PowerManagement", 0, 1)}),
+    ("run/power-management-off-segment", status("Running", "PowerManagement", current_run=run_ref("PowerManagement")),
+     observe(), CONFIG, "run_step", {"extravars.methods": ["pdu-off"], "extravars.release_workloads": True}),
+    ("result/power-management-ok", status("Running", "PowerManagement", current_run=run_ref("PowerManagement", segment=1)),
+     observe(result=StepResult(run_ident(NAME, 0, "PowerManagement", 0, 1), True)), CONFIG, "write_status",
+     {"status": "Running→Done", "current_run": None, "Processing": ("True", "StepSucceeded")}),
+    ("result/on-segment-failure-retries-that-segment", status("Running", "PowerManagement", current_run=run_ref("PowerManagement", segment=1)),
+     observe(result=StepResult(run_ident(NAME, 0, "PowerManagement", 0, 1), False)), CONFIG, "write_status",
+     {"retries": 1, "current_run": run_ref("PowerManagement", attempt=1, segment=1, not_before=NOW + 10)}),
+    ("missing-node/no-device-touched", status(), observe(node_exists=False, not_ready_since=NOW - 600), CONFIG,
+     "write_status", {"status": "New→New", "current_run": None, "Processing": ("False", "NodeNotFound")}),
+    ("missing-node/committed-run-held", status("Running", "PowerManagement", current_run=run_ref("PowerManagement"),
+     conditions=(Condition("Processing", "False", "NodeNotFound",
+                           f"node {NODE} does not exist: no fence device is touched until it does, or until the "
+                           "annotation remediation.noderemedy.io/fence-without-node=true confirms fencing a "
+                           "machine without a Node", float(T0), 1),)),
+     observe(node_exists=False), CONFIG, "wait", {"reason": "NodeNotFound"}),
+    ("missing-node/confirmed-fences-without-release", status(), observe(node_exists=False, missing_node_confirmed=True,
+     not_ready_since=NOW - 600), CONFIG, "write_status", {"status": "New→New", "current_run": run_ref()}),
+    ("missing-node/confirmed-run-never-releases", status(current_run=run_ref()),
+     observe(node_exists=False, missing_node_confirmed=True), CONFIG, "run_step", {"extravars.release_workloads": False}),
+    ("missing-node/found-again", status(conditions=(cond("Processing", "False", "NodeNotFound"),)), observe(), CONFIG,
+     "write_status", {"Processing": ("True", "NodeFound")}),
     ("result/recovery-ok", status("Done", "Recovery", current_run=run_ref("Recovery")),
      observe(node_ready=True, result=StepResult(run_ident(NAME, 0, "Recovery", 0), True)), CONFIG, "write_status",
      {"status": "Done→Done", "step": "Recovery", "current_run": None}),
@@ -299,6 +336,7 @@ ALLOWED_EDGES = {
 #: The phase in which a run of each step is committed (New runs Isolation, Running runs
 #: PowerManagement, Done runs Recovery); other combinations are unreachable.
 RUN_PHASE = {"Isolation": "New", "PowerManagement": "Running", "Recovery": "Done"}
+STEP_NAMES = ("Isolation", "PowerManagement", "Recovery")
 
 
 def _sweep() -> list[tuple[NodeFenceStatus, NodeFenceObservations]]:
@@ -475,7 +513,8 @@ def test_runs_terminate_with_bounded_retries_and_restarts(world: World, policy: 
     assert all(
         s.retries <= policy.step_retries and s.restarts <= policy.max_restarts for s in statuses_written
     )
-    assert len(out.world.runs) <= (policy.max_restarts + 1) * 3 * (policy.step_retries + 1)
+    segments = sum(len(step_segments(CONFIG.methods(step))) for step in STEP_NAMES)
+    assert len(out.world.runs) <= (policy.max_restarts + 1) * (segments + 3 * policy.step_retries)
     if out.status.status == "Final" and out.status.jobs:
         assert not out.world.taint and out.world.fc_up  # recovery ran and the taint is gone
     if out.world.releases:
@@ -494,9 +533,42 @@ def test_resume_after_crash_reaches_the_same_final_state(
     """Invariant 4: replaying decide() from the persisted status after crashes that lose action
     results (and, for code 2, the status write itself) ends in the same state as a clean run.
     A crash may lose a power cycle's read-back, so the release can be skipped (never added)."""
-    clean = run(dataclasses.replace(world, runs=[]), policy)
-    crashed = run(dataclasses.replace(world, runs=[]), policy, crashes)
+    clean = run(dataclasses.replace(world, runs=[], power_log=[]), policy)
+    crashed = run(dataclasses.replace(world, runs=[], power_log=[]), policy, crashes)
     assert crashed.terminated and clean.terminated
     assert projection(crashed.status) == projection(clean.status)
     assert crashed.world.taint <= clean.world.taint  # a crash can only skip a release
     assert (crashed.world.fc_up, crashed.world.power_on) == (clean.world.fc_up, clean.world.power_on)
+    for out in (clean, crashed):
+        assert_no_off_after_on(out.world.power_log)
+
+
+def assert_no_off_after_on(log: list[tuple[int, str, str]]) -> None:
+    """Within one pass of the flow (one ``restarts`` value) the power is never cut again once it
+    was switched back on: a replay resumes after the segment that finished (step_segments)."""
+    on_seen: set[int] = set()
+    for restarts, method, action in log:
+        if action == "on":
+            on_seen.add(restarts)
+        assert not (action == "off" and restarts in on_seen), (
+            f"{method} off after on in pass {restarts}: {log}"
+        )
+
+
+def test_step_segments_split_where_the_direction_changes() -> None:
+    names = [[m.name for m in seg] for seg in step_segments(CONFIG.power_management)]
+    assert names == [["pdu-off"], ["pdu-on"]]
+    assert [[m.name for m in seg] for seg in step_segments(CONFIG.isolation)] == [["fc-off"]]
+    offs = CONFIG.isolation + CONFIG.power_management[:1]  # fc-off pdu-off: one segment
+    assert [len(seg) for seg in step_segments(offs)] == [2]
+    reboot = replace(CONFIG.power_management[0], action="reboot")
+    assert [len(seg) for seg in step_segments((reboot, reboot, *CONFIG.recovery))] == [1, 1, 1]
+    assert step_segments(()) == ()
+
+
+def test_a_status_written_before_segments_existed_reads_as_segment_0_of_1() -> None:
+    old = {"ident": "x", "step": "PowerManagement", "attempt": 0, "notBefore": "2023-11-14T22:13:20Z"}
+    ref = RunRef.from_dict(old)
+    assert (ref.segment, ref.segments) == (0, 1)
+    with pytest.raises(ValueError, match="currentRun.segment 2"):
+        RunRef.from_dict({**old, "segment": 2, "segments": 2})
