@@ -12,6 +12,7 @@ stage (Ready != True) sets it Ready again.
 
 from __future__ import annotations
 
+import functools
 import ssl
 import urllib.request
 from importlib import resources
@@ -232,9 +233,16 @@ def start_kube(sup: Supervisor, cfg: LabConfig, binaries: dict[str, Path], node_
 
 
 def _client(kubeconfig: Path):
+    """One ApiClient per kubeconfig file version for the process (the lab's waits poll several
+    times a second; a lab started again rewrites the file, and gets a new client)."""
+    return _cached_client(str(kubeconfig), Path(kubeconfig).stat().st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=8)
+def _cached_client(kubeconfig: str, _mtime_ns: int):
     from kubernetes import config as kconfig
 
-    return kconfig.new_client_from_config(str(kubeconfig))
+    return kconfig.new_client_from_config(kubeconfig)
 
 
 def _create_nodes(kubeconfig: Path, names: list[str]) -> None:
@@ -257,7 +265,7 @@ def node_ready(kubeconfig: Path, names: list[str]) -> dict[str, str]:
     from kubernetes import client
 
     api = client.CoreV1Api(_client(kubeconfig))
-    found = {n.metadata.name: n for n in api.list_node().items}
+    found = {n.metadata.name: n for n in api.list_node(_request_timeout=(5, 30)).items}
     out = {}
     for name in names:
         node = found.get(name)

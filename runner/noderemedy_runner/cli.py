@@ -254,14 +254,10 @@ def describe(configs: cfgmod.ConfigurationSet) -> str:
 
 
 def _api_client(kubeconfig: Path | None) -> Any:
-    from kubernetes import client, config
+    from noderemedy_runner.kube.client import new_client  # noqa: PLC0415 - heavy import
 
     path = kubeconfig or (Path(os.environ["KUBECONFIG"]) if os.environ.get("KUBECONFIG") else None)
-    if path is not None:
-        api = config.new_client_from_config(str(path))  # type: ignore[no-untyped-call]
-    else:
-        config.load_incluster_config()  # type: ignore[no-untyped-call]
-        api = client.ApiClient()
+    api = new_client(path)
     api.configuration.connection_pool_maxsize = 32
     api.rest_client.pool_manager.connection_pool_kw["maxsize"] = 32
     return api
@@ -385,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
     code = 0
     try:
         if args.leader_elect:
-            from noderemedy_runner.leader import LeaderElector
+            from noderemedy_runner.kube.leases import LeaderElector
 
             try:
                 elector = LeaderElector(

@@ -518,12 +518,14 @@ def load(spec: str, api_client: Any = None) -> ConfigurationSet:
             raise ConfigError(f"--config {spec!r}: expected configmap:<namespace>/<name>")
         ns, name = ref.split("/")
         from kubernetes import client
-        from kubernetes.client.exceptions import ApiException
+
+        from noderemedy_runner.kube.client import api
+        from noderemedy_runner.kube.errors import KubeError
 
         try:
-            obj = client.CoreV1Api(api_client).read_namespaced_config_map(name, ns)
-        except ApiException as exc:
-            raise ConfigError(f"ConfigMap {ns}/{name}: cannot read it ({exc.status} {exc.reason})") from exc
+            obj = api(api_client, client.CoreV1Api).read_namespaced_config_map(name, ns)
+        except KubeError as exc:
+            raise ConfigError(f"ConfigMap {ns}/{name}: cannot read it ({exc})") from exc
         return parse_configmap({"metadata": {"namespace": ns, "name": name}, "data": obj.data or {}})
     try:
         with open(spec, encoding="utf-8") as fh:

@@ -32,27 +32,28 @@ What it writes (all decided by the pure :mod:`~noderemedy_runner.detect` and
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
-import queue
 import threading
 import time
-import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from datetime import UTC, datetime
 from typing import Any
 
-from kubernetes import client, watch
-from kubernetes.client.exceptions import ApiException
+from kubernetes import client
 
 from noderemedy_runner import detect
 from noderemedy_runner.conditions import Condition, format_time, parse_time, set_condition
 from noderemedy_runner.config import ConfigurationSet
 from noderemedy_runner.detect import Assessment, FenceInfo, NodeInfo, Plan, Refusal
 from noderemedy_runner.fencecfg import FenceConfig
-from noderemedy_runner.leader import NodeLeases
+from noderemedy_runner.kube.client import api
+from noderemedy_runner.kube.errors import Conflict, KubeError, NotFound
+from noderemedy_runner.kube.events import COMPONENT, EventRecorder
+from noderemedy_runner.kube.informer import Informer
+from noderemedy_runner.kube.leases import NodeLeases
 from noderemedy_runner.logs import bind
 from noderemedy_runner.metrics import Metrics
 from noderemedy_runner.nodefence import NodeFenceObservations, NodeFencePolicy, NodeFenceStatus, decide
@@ -63,134 +64,8 @@ log = logging.getLogger("noderemedy_runner.detector")
 GROUP, VERSION, PLURAL, KIND = "remediation.noderemedy.io", "v1alpha1", "nodefences", "NodeFence"
 STATUS_CONFIGMAP = "noderemedy-status"
 STORM_CONDITION = "StormGuardActive"
-COMPONENT = "noderemedy-runner"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 ANNOTATION_PREFIX = "remediation.noderemedy.io/"
-
-
-class EventRecorder:
-    """Writes core/v1 Events from a background thread (so Events never delay fencing); never
-    raises. ``flush(timeout)`` waits until the queue is empty (tests)."""
-
-    def __init__(self, api_client: client.ApiClient, identity: str, enabled: bool = True) -> None:
-        self.api = client.CoreV1Api(api_client)
-        self.identity = identity
-        self.enabled = enabled
-        self._q: queue.Queue[dict[str, Any] | None] = queue.Queue()
-        self._thread = threading.Thread(target=self._loop, name="events", daemon=True)
-        self._thread.start()
-
-    def record(
-        self, involved: Mapping[str, str], type_: str, reason: str, message: str, action: str = ""
-    ) -> None:
-        """Queue an Event on ``involved`` (``kind``, ``name``, ``apiVersion``, optional ``uid``,
-        ``namespace``). ``type_``: Normal or Warning."""
-        if not self.enabled:
-            return
-        now = datetime.now(UTC)
-        ns = involved.get("namespace") or "default"
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"name": f"{involved['name']}.{uuid.uuid4().hex[:16]}", "namespace": ns},
-            "involvedObject": {k: v for k, v in involved.items() if v},
-            "type": type_,
-            "reason": reason,
-            "message": f"[remediation] {message}"[:1024],
-            "source": {"component": COMPONENT},
-            "reportingComponent": COMPONENT,
-            "reportingInstance": self.identity[:128],
-            "action": action or reason,
-            "firstTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "lastTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "count": 1,
-        }
-        self._q.put(body)
-
-    def _loop(self) -> None:
-        while True:
-            body = self._q.get()
-            try:
-                if body is None:
-                    return
-                raw: Any = body
-                self.api.create_namespaced_event(body["metadata"]["namespace"], raw)
-            except Exception as exc:  # noqa: BLE001 - events are best effort
-                log.warning("event %s not written: %s", body and body.get("reason"), exc)
-            finally:
-                self._q.task_done()
-
-    def flush(self, timeout: float = 10.0) -> bool:
-        """Wait until every queued Event was written (or failed); False after ``timeout`` s."""
-        deadline = time.monotonic() + timeout
-        while self._q.unfinished_tasks and time.monotonic() < deadline:
-            time.sleep(0.02)
-        return not self._q.unfinished_tasks
-
-
-class _Informer:
-    """List then watch (raw JSON, no model deserialisation) a collection, calling ``on_reset``
-    with the full list and ``on_event(type, object)`` for each change; relists after errors
-    and 410 Gone. ``synced`` is set after the first list.
-
-    kubernetes 37 ``Watch.stream(..., deserialize=False)`` quirks: it does not track the
-    resourceVersion (``Watch.resource_version`` keeps the one passed in), so it is taken from
-    each event's object here; and an ERROR event raises KeyError ('raw_object') instead of an
-    ApiException -- handled as any error: relist."""
-
-    def __init__(
-        self,
-        name: str,
-        list_call: Callable[..., Any],
-        on_reset: Callable[[list[dict[str, Any]]], None],
-        on_event: Callable[[str, dict[str, Any]], None],
-    ) -> None:
-        self.name = name
-        self.list_call = list_call
-        self.on_reset = on_reset
-        self.on_event = on_event
-        self.synced = threading.Event()
-        self.errors = 0
-
-    def run(self, stop: threading.Event) -> None:
-        """Until ``stop`` (checked at least every 30 s)."""
-        while not stop.is_set():
-            try:
-                resp = self.list_call(_preload_content=False, _request_timeout=(10, 120))
-                doc = json.loads(resp.data)
-                rv = doc["metadata"]["resourceVersion"]
-                self.on_reset(doc.get("items") or [])
-                self.synced.set()
-                w: Any = watch.Watch()  # type: ignore[no-untyped-call]
-                while not stop.is_set():
-                    gone = False
-                    for ev in w.stream(
-                        self.list_call,
-                        resource_version=rv,
-                        timeout_seconds=30,
-                        allow_watch_bookmarks=True,
-                        deserialize=False,
-                        _request_timeout=(10, 60),  # a hung connection must not stop detection
-                    ):
-                        kind, obj = ev.get("type"), ev.get("object") or {}
-                        if kind == "ERROR":
-                            gone = obj.get("code") == 410
-                            break
-                        rv = (obj.get("metadata") or {}).get("resourceVersion", rv)
-                        if kind != "BOOKMARK":
-                            self.on_event(str(kind), obj)
-                        if stop.is_set():
-                            break
-                    if gone:
-                        break
-            except ApiException as exc:
-                self.errors += 1
-                log.warning("%s watch: %s %s; relisting", self.name, exc.status, exc.reason)
-                stop.wait(1.0)
-            except Exception as exc:  # noqa: BLE001 - transport errors: relist
-                self.errors += 1
-                log.warning("%s watch: %s; relisting", self.name, exc)
-                stop.wait(1.0)
 
 
 class Detector:
@@ -224,8 +99,8 @@ class Detector:
         resync: float = 30.0,
     ) -> None:
         self.api_client = api_client
-        self.core = client.CoreV1Api(api_client)
-        self.custom = client.CustomObjectsApi(api_client)
+        self.core = api(api_client, client.CoreV1Api)
+        self.custom = api(api_client, client.CustomObjectsApi)
         self.configs = configs
         self.namespace = namespace
         self.identity = identity
@@ -234,7 +109,7 @@ class Detector:
         self.clock = clock
         self.resync = resync
         self.leases = NodeLeases(api_client, namespace, f"noderemedy-runner/{identity}", node_lease_seconds)
-        self.events = EventRecorder(api_client, identity, enabled=not dry_run)
+        self.events = EventRecorder(api_client, identity, enabled=not dry_run, asynchronous=True)
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="detector")
         # status ConfigMap writes: one ordered background writer, off the detection path
         self._status_writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="status")
@@ -252,7 +127,7 @@ class Detector:
         self._refused: dict[str, str] = {}  # node -> last refusal reason reported
         self._created_at: dict[str, float] = {}
         self._dirty = threading.Event()
-        self._informers: list[_Informer] = []
+        self._informers: list[Informer] = []
         self._last_lease_upkeep = 0.0
         self._foreign: dict[str, tuple[str, float]] = {}  # node -> (holder, expiry) of others' Leases
         self.last_plan: Plan | None = None
@@ -309,7 +184,7 @@ class Detector:
 
     def sync(self) -> None:
         """List Nodes and NodeFences once (what :meth:`reconcile_once` uses without watches).
-        Raises ApiException when the API server refuses."""
+        Raises KubeError when the API server refuses or does not answer."""
         self._reset_nodes(json.loads(self._list_nodes(_preload_content=False).data).get("items") or [])
         self._reset_fences(json.loads(self._list_fences(_preload_content=False).data).get("items") or [])
 
@@ -317,8 +192,8 @@ class Detector:
         """Start the Node and NodeFence informers in daemon threads; wait up to ``timeout`` s for
         their first list. Returns whether both synced."""
         self._informers = [
-            _Informer("nodes", self._list_nodes, self._reset_nodes, self._node_event),
-            _Informer("nodefences", self._list_fences, self._reset_fences, self._fence_event),
+            Informer("nodes", self._list_nodes, self._reset_nodes, self._node_event),
+            Informer("nodefences", self._list_fences, self._reset_fences, self._fence_event),
         ]
         for inf in self._informers:
             threading.Thread(target=inf.run, args=(stop,), name=f"watch-{inf.name}", daemon=True).start()
@@ -330,9 +205,10 @@ class Detector:
         """Load the storm state (and so a running cooldown) from the status ConfigMap, if any."""
         try:
             cm = self.core.read_namespaced_config_map(STATUS_CONFIGMAP, self.namespace)
-        except ApiException as exc:
-            if exc.status != 404:
-                log.warning("status ConfigMap unreadable: %s", exc.reason)
+        except NotFound:
+            return
+        except KubeError as exc:
+            log.warning("status ConfigMap unreadable: %s", exc)
             return
         for cfg in self.configs.configurations:
             raw = (cm.data or {}).get(f"{cfg.name}.json")
@@ -358,9 +234,7 @@ class Detector:
             try:
                 cm = self.core.read_namespaced_config_map(STATUS_CONFIGMAP, self.namespace)
                 data = dict(cm.data or {})
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
+            except NotFound:
                 cm, data = None, {}
             old: tuple[Any, ...] = ()
             if data.get(key):
@@ -396,8 +270,8 @@ class Detector:
             else:
                 cm.data = data
                 self.core.replace_namespaced_config_map(STATUS_CONFIGMAP, self.namespace, cm)
-        except ApiException as exc:
-            log.warning("status ConfigMap not written: %s %s", exc.status, exc.reason)
+        except KubeError as exc:
+            log.warning("status ConfigMap not written: %s", exc)
 
     def _status_ref(self) -> dict[str, str]:
         return {
@@ -487,17 +361,23 @@ class Detector:
         return p
 
     def _act(self, node: str, fn: Callable[..., None], *args: Any) -> Future[None]:
-        """Submit a create or cancel for ``node`` to the pool; the node is busy until it is done."""
+        """Submit a create or cancel for ``node`` to the pool; the node is busy until it is done.
+        Whatever the work raises is logged and counted (``reconcile_errors_total``), never lost
+        in the future: the node is planned again at the next pass."""
         with self._lock:
             self._busy.add(node)
         fut = self._pool.submit(fn, *args)
-
-        def done(_: Future[None]) -> None:
-            with self._lock:
-                self._busy.discard(node)
-
-        fut.add_done_callback(done)
+        fut.add_done_callback(functools.partial(self._acted, node, getattr(fn, "__name__", "act")))
         return fut
+
+    def _acted(self, node: str, what: str, fut: Future[None]) -> None:
+        with self._lock:
+            self._busy.discard(node)
+        exc = fut.exception()
+        if exc is not None:
+            self.metrics.reconcile_error("Detector", node, f"{what.strip('_')}: {exc}")
+            bind(log, node=node).error("%s failed: %s: %s", what.strip("_"), type(exc).__name__, exc)
+            self._dirty.set()
 
     def wait_lease_upkeep(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for the Lease upkeep under way, if any; False if it is
@@ -597,11 +477,9 @@ class Detector:
             }
             try:
                 created: Any = self.custom.create_cluster_custom_object(GROUP, VERSION, PLURAL, body)
-            except ApiException as exc:
-                if exc.status == 409:
-                    rlog.info("NodeFence already exists")
-                    return
-                raise
+            except Conflict:
+                rlog.info("NodeFence already exists")
+                return
             late = self.clock() - due
             self.metrics.nodefence_created(late)
             with self._lock:
@@ -633,9 +511,9 @@ class Detector:
                 "NodeFenceCreated",
                 msg,
             )
-        except ApiException as exc:
-            self.metrics.reconcile_error("Detector", node.name, f"{exc.status} {exc.reason}")
-            rlog.error("NodeFence not created: %s %s", exc.status, exc.reason)
+        except KubeError as exc:
+            self.metrics.reconcile_error("Detector", node.name, str(exc))
+            rlog.error("NodeFence not created: %s", exc)
         finally:
             with self._lock:
                 self._creating.discard(node.name)
@@ -683,12 +561,12 @@ class Detector:
             updated: Any = self.custom.replace_cluster_custom_object_status(
                 GROUP, VERSION, PLURAL, f.name, body
             )
-        except ApiException as exc:
-            if exc.status in (404, 409):
-                rlog.info("not cancelled: the NodeFence changed meanwhile (%s)", exc.status)
-                return
-            self.metrics.reconcile_error("Detector", f.name, f"{exc.status} {exc.reason}")
-            rlog.error("NodeFence not cancelled: %s %s", exc.status, exc.reason)
+        except (NotFound, Conflict) as exc:
+            rlog.info("not cancelled: the NodeFence changed meanwhile (%s)", exc.reason)
+            return
+        except KubeError as exc:
+            self.metrics.reconcile_error("Detector", f.name, str(exc))
+            rlog.error("NodeFence not cancelled: %s", exc)
             return
         with self._lock:
             self._fences[f.name] = updated
@@ -714,8 +592,8 @@ class Detector:
         )
         try:
             self.leases.release(f.node)
-        except ApiException as exc:
-            rlog.warning("node Lease not released: %s", exc.reason)
+        except KubeError as exc:
+            rlog.warning("node Lease not released: %s", exc)
 
     def _lease_upkeep_pass(self, now: float) -> None:
         try:
@@ -731,8 +609,8 @@ class Detector:
         taken before its NodeFence exists (DESIGN.md invariant 2)."""
         try:
             leases = self.leases.list()
-        except ApiException as exc:
-            log.warning("per-node Leases unreadable: %s", exc.reason)
+        except KubeError as exc:
+            log.warning("per-node Leases unreadable: %s", exc)
             return
         with self._lock:
             fences = [FenceInfo.from_object(o) for o in self._fences.values()]
@@ -756,14 +634,14 @@ class Detector:
                     or lease.holder != self.leases.holder
                 ):
                     self.leases.renew(lease)
-            except ApiException as exc:
-                bind(log, node=node).warning("node Lease upkeep failed: %s", exc.reason)
+            except KubeError as exc:
+                bind(log, node=node).warning("node Lease upkeep failed: %s", exc)
         for f in fences:
             if not f.terminal and f.node not in leases and f.node in known_nodes:
                 try:
                     self.leases.acquire(f.node)
-                except ApiException as exc:
-                    bind(log, node=f.node).warning("node Lease not taken: %s", exc.reason)
+                except KubeError as exc:
+                    bind(log, node=f.node).warning("node Lease not taken: %s", exc)
 
     # --- loop ----------------------------------------------------------------------------------------
     def run(self, stop: threading.Event, beat: Callable[[], None] | None = None) -> None:
@@ -789,4 +667,4 @@ class Detector:
         self.close()
 
 
-__all__ = ["STATUS_CONFIGMAP", "STORM_CONDITION", "Detector", "EventRecorder"]
+__all__ = ["STATUS_CONFIGMAP", "STORM_CONDITION", "Detector"]

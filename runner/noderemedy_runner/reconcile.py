@@ -49,12 +49,12 @@ from noderemedy_runner.fencecfg import (
     parse_fence_config,
     required_templates,
 )
-from noderemedy_runner.kubeio import (
+from noderemedy_runner.kube.errors import Conflict
+from noderemedy_runner.kube.resources import (
     BAREMETALHOST,
     MACHINE,
     METAL3REMEDIATION,
     NODEFENCE,
-    Conflict,
     KubeIO,
     has_taint,
     ready_condition,

@@ -1,7 +1,8 @@
 """The watcher loop: find NodeFence and (opted-in) Metal3Remediation objects and reconcile each.
 
-:class:`Watcher` polls the API every ``poll_interval`` seconds (short polling rather than watches:
-simple, and a restarted runner needs nothing but the objects' status to resume). Each custom
+:class:`Watcher` lists the custom resources every ``poll_interval`` seconds and watches them
+(:class:`~noderemedy_runner.kube.informer.Informer`): a change wakes the loop at once, the listing
+is the resync. A restarted runner needs nothing but the objects' status to resume. Each custom
 resource gets at most one worker thread at a time; it runs the resource's reconciler until the
 machine waits, and the watcher schedules the next reconcile after that delay (at most
 ``max_requeue`` seconds, so node changes are noticed). Playbook runs are bounded by the
@@ -24,11 +25,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
-from kubernetes import client, config
+from kubernetes import client
 
 from noderemedy_runner.executor import RUN_NICE, Executor, link_collection
-from noderemedy_runner.kubeio import METAL3REMEDIATION, NODEFENCE, KubeIO
+from noderemedy_runner.kube.client import new_client
+from noderemedy_runner.kube.informer import Informer
+from noderemedy_runner.kube.resources import CRD, METAL3REMEDIATION, NODEFENCE, KubeIO
 from noderemedy_runner.logs import bind
 from noderemedy_runner.logs import setup as setup_logs
 from noderemedy_runner.metal3 import LabelSelector, opted_in
@@ -219,32 +223,20 @@ class Watcher:
                 worker.resource_version = rv
                 self._start(key, worker)
 
-    def _watch(self, crd: tuple[str, str, str, str], stop: threading.Event, wake: threading.Event) -> None:
-        """Set ``wake`` on every change of a ``crd`` object (one watch stream per kind, renewed
-        every minute and after errors), so a new or changed object is reconciled at once; the
-        periodic :meth:`poll` stays the resync and the source of truth (the events carry nothing
-        else). A kind whose CRD is not installed is retried every ``poll_interval`` seconds."""
-        from kubernetes import watch  # noqa: PLC0415 - only the watcher thread needs it
+    def _informer(self, crd: CRD, wake: threading.Event) -> Informer:
+        """An informer that sets ``wake`` on every change of a ``crd`` object, so a new or changed
+        object is reconciled at once; the periodic :meth:`poll` stays the resync and the source of
+        truth (the events carry nothing else). A kind whose CRD is not installed is looked for
+        again every 30 s."""
+        group, version, plural, kind = crd
 
-        group, version, plural, _kind = crd
-        while not stop.is_set():
-            w = watch.Watch()  # type: ignore[no-untyped-call]
-            try:
-                for _event in w.stream(  # type: ignore[no-untyped-call]
-                    self.kube.custom.list_cluster_custom_object,
-                    group,
-                    version,
-                    plural,
-                    timeout_seconds=60,
-                    _request_timeout=75,
-                ):
-                    wake.set()
-                    if stop.is_set():
-                        break
-            except Exception:  # noqa: BLE001 - not installed, API unreachable: the poll carries on
-                stop.wait(max(self.poll_interval, 1.0))
-            finally:
-                w.stop()  # type: ignore[no-untyped-call]
+        def list_call(**kw: Any) -> Any:
+            return self.kube.custom.list_cluster_custom_object(group, version, plural, **kw)
+
+        def changed(*_: object) -> None:
+            wake.set()
+
+        return Informer(kind, list_call, changed, changed)
 
     def run(self, stop: threading.Event) -> None:
         """Reconcile until ``stop`` is set: a full :meth:`poll` every ``poll_interval`` seconds, and
@@ -252,9 +244,8 @@ class Watcher:
         runs and wait for the workers (at most 30 s)."""
         wake = threading.Event()
         for crd in (NODEFENCE, METAL3REMEDIATION):
-            threading.Thread(
-                target=self._watch, args=(crd, stop, wake), name=f"watch-{crd[2]}", daemon=True
-            ).start()
+            informer = self._informer(crd, wake)
+            threading.Thread(target=informer.run, args=(stop,), name=f"watch-{crd[2]}", daemon=True).start()
         while not stop.is_set():
             try:
                 self.poll()
@@ -298,11 +289,7 @@ def main(argv: list[str] | None = None) -> int:
         setup_logs(args.log_level.lower())
     except ValueError as exc:
         p.error(str(exc))
-    if args.kubeconfig is not None:
-        api = config.new_client_from_config(str(args.kubeconfig))  # type: ignore[no-untyped-call]
-    else:
-        config.load_incluster_config()  # type: ignore[no-untyped-call]
-        api = client.ApiClient()
+    api = new_client(args.kubeconfig)
     policy = NodeFencePolicy(
         grace_seconds=args.grace_seconds,
         step_retries=args.step_retries,

@@ -32,8 +32,9 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from noderemedy_runner.executor import Executor, private_dir_name
-from noderemedy_runner.kubeio import NODEFENCE as NF_CRD
-from noderemedy_runner.kubeio import Conflict, KubeIO
+from noderemedy_runner.kube.errors import Conflict
+from noderemedy_runner.kube.resources import NODEFENCE as NF_CRD
+from noderemedy_runner.kube.resources import KubeIO
 
 pytestmark = [pytest.mark.lab, pytest.mark.kube]
 

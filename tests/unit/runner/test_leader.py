@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from kubernetes import client
 
-from noderemedy_runner.leader import HOLDER_PREFIX, LeaderElector, NodeLease, NodeLeases, node_lease_name
+from noderemedy_runner.kube.leases import HOLDER_PREFIX, LeaderElector, NodeLease, NodeLeases, node_lease_name
 
 
 def elector(**timings: int) -> LeaderElector:

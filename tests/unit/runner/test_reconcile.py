@@ -14,7 +14,7 @@ from noderemedy_runner import actions as act
 from noderemedy_runner.actions import FenceReading
 from noderemedy_runner.executor import Executor
 from noderemedy_runner.fencecfg import FenceConfigError
-from noderemedy_runner.kubeio import has_taint, ready_condition
+from noderemedy_runner.kube.resources import has_taint, ready_condition
 from noderemedy_runner.nodefence import NodeFencePolicy
 from noderemedy_runner.reconcile import NodeFenceReconciler, _tolerates_oos, load_fence_config
 

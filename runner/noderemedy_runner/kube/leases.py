@@ -6,8 +6,10 @@ Leader election is the kubernetes client's ``kubernetes.leaderelection.LeaderEle
 ``LeaseLock``. Its quirks (kubernetes 37.x, read in ``leaderelection.py`` / ``leaselock.py``),
 and the minimal wrapper :class:`LeaderElector` adds for them:
 
-* ``LeaseLock`` builds ``client.CoordinationV1Api()`` on the *default* client configuration:
-  the wrapper points it at the runner's ``ApiClient``.
+* ``LeaseLock`` builds ``client.CoordinationV1Api()`` on the *default* client configuration and
+  calls it without a timeout: the wrapper points it at the runner's ``ApiClient`` through
+  :func:`noderemedy_runner.kube.client.api` (a timeout on every call; the library's own
+  ``ApiException`` handling kept).
 * ``LeaderElection.run()`` has no way to stop: ``acquire()`` and ``renew_loop()`` loop forever
   with ``time.sleep``. The wrapper overrides both to wait on a ``threading.Event``.
 * No release on cancel (client-go's ``ReleaseOnCancel``): on a clean stop the wrapper clears
@@ -38,11 +40,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 from kubernetes.leaderelection import electionconfig, leaderelection
 from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 
-log = logging.getLogger("noderemedy_runner.leader")
+from noderemedy_runner.kube import retry
+from noderemedy_runner.kube.client import api
+from noderemedy_runner.kube.errors import Conflict, KubeError, NotFound
+
+log = logging.getLogger("noderemedy_runner.kube.leases")
 
 #: Label on every per-node Lease the runner holds; the Lease's node is in :data:`NODE_ANNOTATION`.
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
@@ -130,7 +135,7 @@ class LeaderElector:
             raise ValueError(
                 f"lease_duration {lease_duration} s must exceed renew_deadline {renew_deadline} s"
             )
-        self.api = client.CoordinationV1Api(api_client)
+        self.api = api(api_client, client.CoordinationV1Api)
         self.name = name
         self.namespace = namespace
         self.identity = identity
@@ -142,7 +147,8 @@ class LeaderElector:
         self._on_started = on_started
         self._on_stopped = on_stopped or (lambda: None)
         lock = LeaseLock(name, namespace, identity)  # type: ignore[no-untyped-call]
-        lock.api_instance = self.api  # quirk: LeaseLock uses the default configuration
+        # quirk: LeaseLock uses the default configuration and no timeout; it catches ApiException
+        lock.api_instance = api(api_client, client.CoordinationV1Api, classify_errors=False)
         self._lock = lock
         self._config = electionconfig.Config(  # type: ignore[no-untyped-call]
             lock=lock,
@@ -195,8 +201,8 @@ class LeaderElector:
             self.api.replace_namespaced_lease(self.name, self.namespace, lease)
             log.info("leader election: %s released the Lease %s/%s", self.identity, self.namespace, self.name)
             return True
-        except ApiException as exc:
-            log.warning("leader election: release of %s/%s failed: %s", self.namespace, self.name, exc.reason)
+        except KubeError as exc:
+            log.warning("leader election: release of %s/%s failed: %s", self.namespace, self.name, exc)
             return False
 
 
@@ -256,7 +262,7 @@ class NodeLeases:
     ) -> None:
         if not holder.startswith(HOLDER_PREFIX):
             raise ValueError(f"holder {holder!r} must start with {HOLDER_PREFIX!r}")
-        self.api = client.CoordinationV1Api(api_client)
+        self.api = api(api_client, client.CoordinationV1Api)
         self.namespace = namespace
         self.holder = holder
         self.duration = duration
@@ -266,13 +272,11 @@ class NodeLeases:
         return holder is not None and holder.startswith(HOLDER_PREFIX)
 
     def get(self, node: str) -> NodeLease | None:
-        """The node's Lease, or None when there is none. Raises ApiException on other errors."""
+        """The node's Lease, or None when there is none. Raises KubeError on other errors."""
         try:
             obj = self.api.read_namespaced_lease(node_lease_name(node), self.namespace)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        except NotFound:
+            return None
         return _lease_from(obj, node)
 
     def list(self) -> dict[str, NodeLease]:
@@ -303,29 +307,31 @@ class NodeLeases:
 
     def acquire(self, node: str) -> tuple[bool, str | None]:
         """Take the node's Lease: create it, or take it over when expired or already ours.
-        Returns (held, holder): ``(False, other)`` when another holder has it. Raises
-        ApiException on API errors other than the races it handles (409 → re-read once)."""
+        Returns (held, holder): ``(False, other)`` when another holder has it. A create that
+        loses a race with a delete is tried again (:func:`noderemedy_runner.kube.retry.call`,
+        at most 3 tries); a takeover that loses a race (409) reports the winner. Raises
+        KubeError on other API errors."""
+        return retry.call(lambda: self._acquire(node), tries=3, delay=0.05, retry_on={"not_found"})
+
+    def _acquire(self, node: str) -> tuple[bool, str | None]:
         now = datetime.now(UTC)
         try:
             self.api.create_namespaced_lease(self.namespace, self._body(node, now, now))
             return True, self.holder
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
+        except Conflict:
+            pass
         current = self.get(node)
-        if current is None:
-            return self.acquire(node)
+        if current is None:  # deleted between the create and the read: try again
+            raise NotFound(f"Lease {node_lease_name(node)} vanished", "not_found", 404)
         if not self.ours(current.holder) and not current.expired(now.timestamp()):
             return False, current.holder
         try:
             self.api.replace_namespaced_lease(
                 node_lease_name(node), self.namespace, self._body(node, now, now, current.resource_version)
             )
-        except ApiException as exc:
-            if exc.status == 409:
-                latest = self.get(node)
-                return False, latest.holder if latest else None
-            raise
+        except Conflict:
+            latest = self.get(node)
+            return False, latest.holder if latest else None
         return True, self.holder
 
     def renew(self, lease: NodeLease) -> bool:
@@ -340,10 +346,8 @@ class NodeLeases:
                 self.namespace,
                 self._body(lease.node, now, now, lease.resource_version),
             )
-        except ApiException as exc:
-            if exc.status in (404, 409):
-                return False
-            raise
+        except (NotFound, Conflict):
+            return False
         return True
 
     def release(self, node: str) -> bool:
@@ -360,10 +364,8 @@ class NodeLeases:
                     preconditions=client.V1Preconditions(resource_version=current.resource_version)
                 ),
             )
-        except ApiException as exc:
-            if exc.status in (404, 409):
-                return False
-            raise
+        except (NotFound, Conflict):
+            return False
         return True
 
 

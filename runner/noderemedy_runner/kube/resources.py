@@ -1,0 +1,201 @@
+"""The reconcilers' typed access to the objects they need: custom resources, Nodes, ConfigMaps,
+Pods; status writes with resourceVersion conflicts; finalizers; Machine conditions.
+
+Objects are returned as plain JSON dicts (``_preload_content=False``), the shape the pure
+machines and the CRDs use. Status writes are a PUT of the whole ``.status`` on the status
+subresource carrying the object's ``metadata.resourceVersion`` (a merge patch would keep fields
+the machine dropped, such as ``currentRun``); a 409 raises
+:class:`~noderemedy_runner.kube.errors.Conflict` so the caller re-reads and decides again
+(DESIGN.md invariant 4: status is never lost or overwritten blindly). Every other failure raises
+:class:`~noderemedy_runner.kube.errors.KubeError`; every call has a timeout
+(:func:`~noderemedy_runner.kube.client.api`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes import client
+
+from noderemedy_runner.conditions import parse_time
+from noderemedy_runner.kube import retry
+from noderemedy_runner.kube.client import api
+from noderemedy_runner.kube.errors import KubeError, NotFound
+from noderemedy_runner.kube.events import EventRecorder
+
+#: (group, version, plural, kind) of the custom resources the runner reads or writes.
+CRD = tuple[str, str, str, str]
+NODEFENCE: CRD = ("remediation.noderemedy.io", "v1alpha1", "nodefences", "NodeFence")
+METAL3REMEDIATION: CRD = (
+    "infrastructure.cluster.x-k8s.io",
+    "v1beta1",
+    "metal3remediations",
+    "Metal3Remediation",
+)
+BAREMETALHOST: CRD = ("metal3.io", "v1alpha1", "baremetalhosts", "BareMetalHost")
+MACHINE: CRD = ("cluster.x-k8s.io", "v1beta1", "machines", "Machine")
+
+
+def _json(resp: Any) -> dict[str, Any]:
+    data = json.loads(resp.data)
+    if not isinstance(data, dict):
+        raise KubeError(f"unexpected answer: {type(data).__name__}")
+    return data
+
+
+def ready_condition(node: Mapping[str, Any]) -> tuple[bool, float | None]:
+    """``(ready, since)`` from a Node's ``Ready`` condition: ready is status True; ``since`` its
+    ``lastTransitionTime`` in seconds (None when the condition is absent)."""
+    for cond in (node.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            since = cond.get("lastTransitionTime")
+            return cond.get("status") == "True", parse_time(since) if since else None
+    return False, None
+
+
+def has_taint(node: Mapping[str, Any], key: str, effect: str) -> bool:
+    """Whether the node carries a taint with this key and effect."""
+    return any(
+        t.get("key") == key and t.get("effect") == effect
+        for t in (node.get("spec") or {}).get("taints") or []
+    )
+
+
+class KubeIO:
+    """The reconcilers' API access on ``api_client``; ``events`` records their Events (in the
+    calling thread, so an Event is written before the next status change)."""
+
+    def __init__(self, api_client: client.ApiClient, events: EventRecorder | None = None) -> None:
+        self.api = api_client
+        self.core = api(api_client, client.CoreV1Api)
+        self.custom = api(api_client, client.CustomObjectsApi)
+        self.events = events or EventRecorder(api_client)
+
+    # --- reads -----------------------------------------------------------------------------
+    def list_custom(self, crd: CRD, namespace: str | None = None) -> list[dict[str, Any]]:
+        """All objects of ``crd``; [] when the CRD is not installed."""
+        group, version, plural, _kind = crd
+        try:
+            if namespace is None:
+                resp = self.custom.list_cluster_custom_object(group, version, plural, _preload_content=False)
+            else:
+                resp = self.custom.list_namespaced_custom_object(
+                    group, version, namespace, plural, _preload_content=False
+                )
+        except NotFound:
+            return []
+        return [dict(i) for i in _json(resp).get("items") or []]
+
+    def get_custom(self, crd: CRD, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        """One object of ``crd``, or None when it does not exist."""
+        group, version, plural, _kind = crd
+        try:
+            if namespace is None:
+                resp = self.custom.get_cluster_custom_object(
+                    group, version, plural, name, _preload_content=False
+                )
+            else:
+                resp = self.custom.get_namespaced_custom_object(
+                    group, version, namespace, plural, name, _preload_content=False
+                )
+        except NotFound:
+            return None
+        return _json(resp)
+
+    def get_node(self, name: str) -> dict[str, Any] | None:
+        """The Node, or None when it does not exist."""
+        try:
+            return _json(self.core.read_node(name, _preload_content=False))
+        except NotFound:
+            return None
+
+    def get_configmap_data(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """``data`` of ConfigMap ``namespace/name`` ({} when empty), or None when it does not exist."""
+        try:
+            obj = _json(self.core.read_namespaced_config_map(name, namespace, _preload_content=False))
+        except NotFound:
+            return None
+        return dict(obj.get("data") or {})
+
+    def pods_on_node(self, node: str) -> list[dict[str, Any]]:
+        """Pods bound to ``node`` (field selector ``spec.nodeName``), any phase."""
+        resp = self.core.list_pod_for_all_namespaces(
+            field_selector=f"spec.nodeName={node}", _preload_content=False
+        )
+        return [dict(p) for p in _json(resp).get("items") or []]
+
+    # --- writes ----------------------------------------------------------------------------
+    def replace_status(self, crd: CRD, obj: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str, Any]:
+        """PUT ``status`` as the whole ``.status`` of ``obj`` with its resourceVersion; returns the
+        updated object. Raises :class:`~noderemedy_runner.kube.errors.Conflict` on 409."""
+        group, version, plural, kind = crd
+        meta = obj.get("metadata") or {}
+        name, namespace = str(meta.get("name")), meta.get("namespace")
+        body: dict[str, Any] = {
+            "apiVersion": obj.get("apiVersion", f"{group}/{version}"),
+            "kind": obj.get("kind", kind),
+            "metadata": {"name": name, "resourceVersion": meta.get("resourceVersion")},
+            "status": dict(status),
+        }
+        if namespace:
+            body["metadata"]["namespace"] = namespace
+            resp = self.custom.replace_namespaced_custom_object_status(
+                group, version, namespace, plural, name, body, _preload_content=False
+            )
+        else:
+            resp = self.custom.replace_cluster_custom_object_status(
+                group, version, plural, name, body, _preload_content=False
+            )
+        return _json(resp)
+
+    def patch_finalizers(
+        self, crd: CRD, obj: Mapping[str, Any], finalizer: str, present: bool
+    ) -> dict[str, Any]:
+        """Add or remove ``finalizer`` with a JSON merge patch carrying the resourceVersion
+        (:class:`~noderemedy_runner.kube.errors.Conflict` on 409)."""
+        group, version, plural, _kind = crd
+        meta = obj.get("metadata") or {}
+        current = list(meta.get("finalizers") or [])
+        wanted = [f for f in current if f != finalizer] + ([finalizer] if present else [])
+        body = {"metadata": {"finalizers": wanted, "resourceVersion": meta.get("resourceVersion")}}
+        resp = self.custom.patch_namespaced_custom_object(
+            group, version, meta["namespace"], plural, meta["name"], body, _preload_content=False
+        )
+        return _json(resp)
+
+    def set_machine_condition(self, namespace: str, name: str, condition: Mapping[str, Any]) -> None:
+        """Set (add or replace by type) a condition on Machine ``namespace/name``'s status; on a
+        409 the Machine is read again and the write retried (at most 5 tries,
+        :func:`noderemedy_runner.kube.retry.call`). Raises NotFound for a missing Machine."""
+
+        def write() -> None:
+            machine = self.get_custom(MACHINE, name, namespace)
+            if machine is None:
+                raise NotFound(f"Machine {namespace}/{name} not found", "not_found", 404)
+            status = dict(machine.get("status") or {})
+            conds = [c for c in status.get("conditions") or [] if c.get("type") != condition.get("type")]
+            now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            conds.append({**condition, "lastTransitionTime": now})
+            status["conditions"] = conds
+            self.replace_status(MACHINE, machine, status)
+
+        retry.call(write, tries=5, delay=0.05, retry_on={"conflict"})
+
+    def event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+        """Record an Event on ``obj`` (:class:`~noderemedy_runner.kube.events.EventRecorder`)."""
+        self.events.record(obj, type_, reason, message)
+
+
+__all__ = [
+    "BAREMETALHOST",
+    "CRD",
+    "MACHINE",
+    "METAL3REMEDIATION",
+    "NODEFENCE",
+    "KubeIO",
+    "has_taint",
+    "ready_condition",
+]
