@@ -1,6 +1,6 @@
 # Copyright: noderemedy developers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Documentation of the static-pod option groups, 1:1 with ``plugins/module_utils/_static_pod.py``:
+"""Documentation of the static-pod option groups, 1:1 with ``plugins/module_utils/_static_pod/``:
 ``DOCUMENTATION`` = ``LAYOUT_ARGSPEC``, ``PROBE`` = ``PROBE_ARGSPEC``,
 ``STORAGE_VERSION`` = ``STORAGE_VERSION_ARGSPEC``."""
 

@@ -56,7 +56,7 @@ notes:
     the session otherwise. See C(plugins/module_utils/_ipmi.py) for how.
   - Errors are classified in RV(error) - V(auth) (wrong user or password), V(privilege) (for example a
     O(privlvl=user) session), V(unreachable) (nothing listens at the address and port), V(timeout) (no
-    answer within O(power_timeout): the BMC is hung, busy or without power), V(rejected), V(verify)
+    answer within O(power_timeout), as from a BMC that is hung, busy or without power), V(rejected), V(verify)
     (not read back in time), V(config).
 seealso:
   - name: fence_ipmilan

@@ -9,7 +9,7 @@ that the fallback depends on, and nothing more:
   group, output to ``<logdir>/<operand>-<n>.log``), restarting it ``restart_delay`` seconds after
   it exits (restartPolicy Always, fixed delay);
 * it appends a start record (and an exit record) to the termination log in the format
-  ``_static_pod.py`` documents: ``{"event": "start", "time", "revision", "pid"}``.
+  ``_static_pod/__init__.py`` documents: ``{"event": "start", "time", "revision", "pid"}``.
 
 What it does not do: images, containers, namespaces, volumes, env, resource limits, probes,
 CrashLoopBackOff's exponential delay, mirror pods in the API, pod status, init containers, more

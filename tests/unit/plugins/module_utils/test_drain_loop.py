@@ -1,6 +1,6 @@
 """The drain's event loop (``Drainer._remove_all``) against an in-memory API: evictions in parallel,
 deletions seen through the watch's notifications, the list fallback when the watch is down, 429
-retries and the timeout. No network: ``_drain.request`` and ``_drain.PodWatch`` are replaced."""
+retries and the timeout. No network: ``request`` and ``PodWatch`` of ``_drain.drainer`` are replaced."""
 
 from __future__ import annotations
 
@@ -8,15 +8,15 @@ import threading
 
 import pytest
 
-from ansible_collections.noderemedy.core.plugins.module_utils import _drain
 from ansible_collections.noderemedy.core.plugins.module_utils._drain import Drainer, DrainError, DrainOptions
+from ansible_collections.noderemedy.core.plugins.module_utils._drain import drainer as _drainer
 from ansible_collections.noderemedy.core.plugins.module_utils._kube import KubeError
 
 NODE = "n1"
 
 
 class FakeWatch:
-    """Stands in for :class:`_drain.PodWatch`: the fake API reports deletions to it."""
+    """Stands in for :class:`_drain.watch.PodWatch`: the fake API reports deletions to it."""
 
     def __init__(self, api: FakeApi, healthy: bool, notify) -> None:
         self.api, self.healthy, self.notify = api, healthy, notify
@@ -107,9 +107,9 @@ class FakeApi:
 def api(monkeypatch):
     def make(names, watch_healthy: bool = True, **kw) -> FakeApi:
         fake = FakeApi(names, **kw)
-        monkeypatch.setattr(_drain, "request", fake.request)
+        monkeypatch.setattr(_drainer, "request", fake.request)
         monkeypatch.setattr(
-            _drain,
+            _drainer,
             "PodWatch",
             lambda client, node, rv, timeout, notify=None: FakeWatch(fake, watch_healthy, notify),
         )

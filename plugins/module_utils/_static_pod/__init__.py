@@ -1,0 +1,271 @@
+# Copyright: noderemedy developers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Static-pod fallback to the last-known-good revision (private to noderemedy.core).
+
+Behaviour source: the OpenShift enhancement "Fallback on failing revisions of static pods" and its
+implementation in openshift/library-go ``pkg/operator/staticpod/startupmonitor`` (``fallback.go``,
+``monitor.go``) with the kube-apiserver readiness checks of cluster-kube-apiserver-operator
+``pkg/cmd/startupmonitorreadiness``; the parts library-go left as TODOs (NeverStartedUp,
+CrashLooping from the termination log, pruner protecting the linked revision) are implemented here
+as the enhancement describes them. StorageVersion safety follows KEP-2339 (see
+:mod:`._storage_version`). Design: ``docs/static-pod-fallback.md``.
+
+The package, by concern (this file re-exports their API and is the modules' entry point,
+:func:`execute`): ``vocabulary`` (annotations, reasons, defaults, the error type), ``readiness``
+(pure decisions), ``layout`` (filesystem, lock, atomic writes), ``probes`` (HTTP checks, one
+observation) and ``operations``.
+
+Split:
+
+* pure decisions, no I/O: :func:`assess`, :func:`final_readiness`, :func:`retry_policy`,
+  :func:`choose_fallback`, :func:`revisions_to_prune`, :func:`annotate_fallback`,
+  :func:`parse_start_log`, :func:`failed_checks`;
+* I/O at the edges: :class:`Layout` (filesystem), :class:`InstallerLock` (flock),
+  :class:`HttpProber` (``/healthz``, ``/readyz``, etcd check), :func:`write_manifest_atomic`;
+* the operations: :func:`run_monitor`, :func:`fallback`, :func:`mark_good`, :func:`status`,
+  :func:`prune`. Every operation returns a JSON-able ``dict``; every error is a
+  :class:`StaticPodError`.
+
+Layout (all paths are parameters; defaults as on an OpenShift node)::
+
+    /etc/kubernetes/manifests/<operand>-pod.yaml                        live manifest (kubelet)
+    /etc/kubernetes/static-pod-resources/<operand>-pod-<REV>/<operand>-pod.yaml   revision REV
+    /etc/kubernetes/static-pod-resources/<operand>-last-known-good      symlink to a revision manifest
+    /var/lock/<operand>-installer.lock                                  installer lock (flock)
+    /var/log/<operand>/termination.log                                  start-attempt log (see below)
+
+Start attempts are observed from the termination log (the enhancement's
+``/var/log/kube-apiserver/termination.log``), one JSON object per line, written by whatever starts
+the operand (the kubelet's wrapper on a node, the test harness in ``tests/integration``)::
+
+    {"event": "start", "time": 1763712000.5, "revision": 3, "pid": 4242}
+    {"event": "exit", "time": 1763712001.2, "revision": 3, "exitCode": 1}
+
+``time`` is seconds since the epoch; ``revision`` may be absent (then the record counts for the
+revision on disk). Lines that are not such objects are ignored (a torn last line included).
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any
+
+try:
+    import yaml
+except ImportError:  # the module reports missing_required_lib("PyYAML")
+    yaml = None
+    HAS_YAML = False
+    YAML_IMPORT_ERROR: str | None = traceback.format_exc()
+else:
+    HAS_YAML = True
+    YAML_IMPORT_ERROR = None
+
+from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.layout import (
+    InstallerLock,
+    Layout,
+    write_manifest_atomic,
+)
+from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.operations import (
+    Options,
+    fallback,
+    mark_good,
+    prune,
+    run_monitor,
+    status,
+)
+from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.probes import (
+    PROBE_ARGSPEC,
+    HttpProber,
+    etcd_direct_check,
+    etcd_flags,
+    observe,
+)
+from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.readiness import (
+    Check,
+    Observation,
+    Readiness,
+    annotate_fallback,
+    assess,
+    choose_fallback,
+    failed_checks,
+    final_readiness,
+    parse_start_log,
+    retry_policy,
+    revisions_to_prune,
+)
+from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.vocabulary import (
+    CRASH_LOOPING,
+    DEFAULT_INTERVAL,
+    DEFAULT_LOCK_TIMEOUT,
+    DEFAULT_RETRY_BASE,
+    DEFAULT_RETRY_CAP,
+    DEFAULT_REVISION_LIMIT,
+    DEFAULT_TIMEOUT,
+    ETCD_UNHEALTHY,
+    FALLBACK_FOR_REVISION,
+    FALLBACK_MESSAGE,
+    FALLBACK_REASON,
+    FALLBACK_REASONS,
+    LAYOUT_ARGSPEC,
+    NEVER_STARTED_UP,
+    NOT_READY,
+    RETRYABLE_REASONS,
+    STORAGE_VERSION_SKEW,
+    STORAGE_VERSIONS_FILE,
+    UNEXPECTED_REVISION,
+    UNHEALTHY,
+    StaticPodError,
+)
+
+# --- module entry -----------------------------------------------------------------------------------
+
+#: Options of ``noderemedy.core.static_pod_fallback`` beyond the shared groups (documented in the module).
+STATES = ("monitor", "fallback", "mark_good", "status", "prune")
+
+#: Shared argspec of the StorageVersion options; documented 1:1 by doc fragment
+#: ``noderemedy.core.static_pod.storage_version``.
+STORAGE_VERSION_ARGSPEC: dict[str, dict[str, Any]] = {
+    "storage_version_check": {"type": "str", "choices": ["auto", "always", "never"], "default": "auto"},
+    "apiserver_id": {"type": "str"},
+    "storage_version_unavailable": {"type": "str", "choices": ["proceed", "refuse"], "default": "proceed"},
+}
+
+
+def default_probe_url(kind: str) -> str:
+    """Default probe base URL: the kube-apiserver's ``https://localhost:6443`` or etcd's ``https://localhost:2379``."""
+    return "https://localhost:2379" if kind == "etcd" else "https://localhost:6443"
+
+
+def execute(params: dict[str, Any], check_mode: bool = False, storage_versions: Any = None) -> dict[str, Any]:
+    """Run ``params["state"]`` with module-style ``params``; the module's whole job.
+
+    ``storage_versions``: a :class:`._storage_version.StorageVersionSource`-like object, or None to
+    build one from the kube auth options when the StorageVersion check is on (``always``, or
+    ``auto`` for operand ``kube-apiserver``). Returns the result dict; raises StaticPodError.
+    """
+    layout = Layout.from_params(params)
+    state = params.get("state") or "status"
+    if state not in STATES:
+        raise StaticPodError(
+            f"state: must be one of {', '.join(STATES)}", field="state", reason="InvalidInput"
+        )
+    for name in ("timeout", "interval", "lock_timeout"):
+        if params.get(name) is not None and float(params[name]) <= 0:
+            raise StaticPodError(f"{name}: must be > 0 seconds", field=name, reason="InvalidInput")
+    svc = params.get("storage_version_check") or "auto"
+    sv_on = svc == "always" or (svc == "auto" and layout.operand == "kube-apiserver")
+    if sv_on and storage_versions is None and state in ("monitor", "fallback", "mark_good"):
+        from ansible_collections.noderemedy.core.plugins.module_utils._kube import get_api_client
+        from ansible_collections.noderemedy.core.plugins.module_utils._storage_version import (
+            StorageVersionSource,
+        )
+
+        storage_versions = StorageVersionSource(
+            lambda: get_api_client(params), params.get("apiserver_id"), strict=svc == "always"
+        )
+    opts = Options(
+        revision=params.get("revision"),
+        timeout=float(params.get("timeout") or DEFAULT_TIMEOUT),
+        interval=float(params.get("interval") or DEFAULT_INTERVAL),
+        reason=params.get("reason") or "",
+        message=params.get("fallback_message") or "",
+        force=bool(params.get("force")),
+        revision_limit=int(params.get("revision_limit") or DEFAULT_REVISION_LIMIT),
+        retry_previous_failures=int(params.get("retry_previous_failures") or 0),
+        retry_base=float(params.get("retry_base") or DEFAULT_RETRY_BASE),
+        retry_cap=float(params.get("retry_cap") or DEFAULT_RETRY_CAP),
+        check_mode=check_mode,
+        storage_versions=storage_versions if sv_on else None,
+        storage_version_unavailable=params.get("storage_version_unavailable") or "proceed",
+        extra={"lock_timeout": float(params.get("lock_timeout") or DEFAULT_LOCK_TIMEOUT)},
+    )
+    try:
+        retry_policy("", opts.retry_previous_failures, opts.retry_base, opts.retry_cap)
+    except ValueError as exc:
+        raise StaticPodError(str(exc), field="retry_base", reason="InvalidInput") from exc
+    if opts.reason and opts.reason not in FALLBACK_REASONS:
+        raise StaticPodError(
+            f"reason: must be one of {', '.join(sorted(FALLBACK_REASONS))}",
+            field="reason",
+            reason="InvalidInput",
+        )
+    if state == "status":
+        res = status(layout, opts)
+    elif state == "prune":
+        res = prune(layout, opts)
+    elif state == "mark_good":
+        res = mark_good(layout, opts)
+    elif state == "fallback":
+        res = fallback(layout, opts)
+    else:
+        kind = params.get("probe_kind") or ("etcd" if layout.operand == "etcd" else "kube-apiserver")
+        prober = HttpProber(
+            params.get("probe_url") or default_probe_url(kind),
+            kind,
+            params.get("probe_ca_cert"),
+            params.get("probe_client_cert"),
+            params.get("probe_client_key"),
+            params.get("probe_validate_certs", True) is not False,
+            float(params.get("probe_request_timeout") or 2.0),
+        )
+        res = run_monitor(layout, opts, prober)
+    res["state"] = state
+    res.setdefault("reason", "")
+    res.setdefault("message", "")
+    return res
+
+
+__all__ = [
+    "CRASH_LOOPING",
+    "Check",
+    "DEFAULT_INTERVAL",
+    "DEFAULT_LOCK_TIMEOUT",
+    "DEFAULT_RETRY_BASE",
+    "DEFAULT_RETRY_CAP",
+    "DEFAULT_REVISION_LIMIT",
+    "DEFAULT_TIMEOUT",
+    "ETCD_UNHEALTHY",
+    "FALLBACK_FOR_REVISION",
+    "FALLBACK_MESSAGE",
+    "FALLBACK_REASON",
+    "FALLBACK_REASONS",
+    "HAS_YAML",
+    "HttpProber",
+    "InstallerLock",
+    "LAYOUT_ARGSPEC",
+    "Layout",
+    "NEVER_STARTED_UP",
+    "NOT_READY",
+    "Observation",
+    "Options",
+    "PROBE_ARGSPEC",
+    "RETRYABLE_REASONS",
+    "Readiness",
+    "STATES",
+    "STORAGE_VERSIONS_FILE",
+    "STORAGE_VERSION_ARGSPEC",
+    "STORAGE_VERSION_SKEW",
+    "StaticPodError",
+    "UNEXPECTED_REVISION",
+    "UNHEALTHY",
+    "YAML_IMPORT_ERROR",
+    "annotate_fallback",
+    "assess",
+    "choose_fallback",
+    "default_probe_url",
+    "etcd_direct_check",
+    "etcd_flags",
+    "execute",
+    "failed_checks",
+    "fallback",
+    "final_readiness",
+    "mark_good",
+    "observe",
+    "parse_start_log",
+    "prune",
+    "retry_policy",
+    "revisions_to_prune",
+    "run_monitor",
+    "status",
+    "write_manifest_atomic",
+]

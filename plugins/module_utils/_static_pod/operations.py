@@ -1,0 +1,495 @@
+# Copyright: noderemedy developers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The operations, each returning a JSON-able dict and raising only StaticPodError: the monitor,
+fallback (with the StorageVersion gate), mark_good, status and prune.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import time
+import traceback
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+try:
+    import yaml
+except ImportError:  # the module reports missing_required_lib("PyYAML")
+    yaml = None
+    HAS_YAML = False
+    YAML_IMPORT_ERROR: str | None = traceback.format_exc()
+else:
+    HAS_YAML = True
+    YAML_IMPORT_ERROR = None
+
+from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.layout import (
+    InstallerLock,
+    Layout,
+    write_manifest_atomic,
+)
+from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.probes import (
+    HttpProber,
+    observe,
+)
+from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.readiness import (
+    Observation,
+    Readiness,
+    annotate_fallback,
+    assess,
+    choose_fallback,
+    final_readiness,
+    pod_revision,
+    retry_policy,
+    revisions_to_prune,
+)
+from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.vocabulary import (
+    DEFAULT_INTERVAL,
+    DEFAULT_LOCK_TIMEOUT,
+    DEFAULT_RETRY_BASE,
+    DEFAULT_RETRY_CAP,
+    DEFAULT_REVISION_LIMIT,
+    DEFAULT_TIMEOUT,
+    FALLBACK_FOR_REVISION,
+    FALLBACK_MESSAGE,
+    FALLBACK_REASON,
+    FALLBACK_REASONS,
+    NEVER_STARTED_UP,
+    NOT_READY,
+    STORAGE_VERSION_SKEW,
+    STORAGE_VERSIONS_FILE,
+    UNEXPECTED_REVISION,
+    StaticPodError,
+)
+
+# --- operations -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Options:
+    """Operation options (module parameters other than the layout); seconds everywhere."""
+
+    revision: int | None = None
+    timeout: float = DEFAULT_TIMEOUT
+    interval: float = DEFAULT_INTERVAL
+    reason: str = ""
+    message: str = ""
+    force: bool = False
+    revision_limit: int = DEFAULT_REVISION_LIMIT
+    retry_previous_failures: int = 0
+    retry_base: float = DEFAULT_RETRY_BASE
+    retry_cap: float = DEFAULT_RETRY_CAP
+    check_mode: bool = False
+    #: ``None``: no StorageVersion check. Otherwise a callable returning the current encoding
+    #: versions and this apiserver's decodable versions (see :mod:`._storage_version`).
+    storage_versions: Any = None
+    #: what to do when the StorageVersion API is not served or unreachable: proceed or refuse.
+    storage_version_unavailable: str = "proceed"
+    extra: dict = field(default_factory=dict)
+
+
+def _base_result(layout: Layout) -> dict[str, Any]:
+    return {
+        "changed": False,
+        "operand": layout.operand,
+        "files_written": [],
+        "files_removed": [],
+    }
+
+
+def resolve_revision(layout: Layout, opts: Options) -> int:
+    """The revision being judged: ``opts.revision`` or the live manifest's ``revision`` label."""
+    if opts.revision is not None:
+        if opts.revision < 0:
+            raise StaticPodError("revision: must be >= 0", field="revision", reason="InvalidInput")
+        return opts.revision
+    try:
+        return layout.live_revision()
+    except StaticPodError as exc:
+        raise StaticPodError(
+            f"revision: not given and the live manifest gives none ({exc})",
+            field="revision",
+            reason="InvalidInput",
+        ) from exc
+
+
+def _storage_version_gate(layout: Layout, target: int, opts: Options) -> dict[str, Any]:
+    """Compare the cluster's encoding versions with what ``target`` recorded it could decode."""
+    from ansible_collections.noderemedy.core.plugins.module_utils._storage_version import (
+        StorageVersionError,
+        StorageVersionUnavailable,
+        check_rollback,
+        load_record,
+        unknown_to_record,
+    )
+
+    if opts.storage_versions is None:
+        return {"checked": False, "message": "StorageVersion check disabled"}
+    record_path = layout.revision_dir(target) / STORAGE_VERSIONS_FILE
+    try:
+        record = load_record(record_path)
+    except StorageVersionError as exc:
+        raise StaticPodError(str(exc), field="storage_versions", reason="InvalidInput") from exc
+    try:
+        current = opts.storage_versions.encodings()
+    except StorageVersionUnavailable as exc:
+        return {"checked": False, "available": False, "message": f"StorageVersion API unavailable: {exc}"}
+    except StorageVersionError as exc:
+        raise StaticPodError(str(exc), field=exc.field, reason=exc.reason) from exc
+    if record is None:
+        return {
+            "checked": False,
+            "available": True,
+            "message": f"revision {target} has no StorageVersion record ({record_path}); it was never marked good "
+            "with the StorageVersion check on",
+        }
+    skew = check_rollback(current, record)
+    return {
+        "checked": True,
+        "available": True,
+        "record": str(record_path),
+        "skew": skew,
+        "unknown_to_revision": unknown_to_record(current, record),
+        "message": "revision can decode every stored encoding version"
+        if not skew
+        else "; ".join(
+            f"{s['resource']}: stored as {s['encodingVersion']}, decodable {s['decodableVersions']}"
+            for s in skew
+        ),
+    }
+
+
+def fallback(
+    layout: Layout,
+    opts: Options,
+    reason: str | None = None,
+    message: str | None = None,
+    current: int | None = None,
+) -> dict[str, Any]:
+    """Fall back from the current revision: copy the chosen revision's manifest, annotated, into place.
+
+    Under the installer lock: re-read the live revision (if an installer wrote another revision
+    meanwhile, nothing is written, reason UnexpectedRevision), choose the target
+    (:func:`choose_fallback`), run the StorageVersion gate, write atomically.
+
+    Returns the result dict (``action`` is ``fallback``, ``none`` or ``refused``). Raises
+    StaticPodError (``LockBusy``, ``InvalidManifest``, ``StorageVersionSkew`` with ``result``).
+    Idempotent: if the live manifest already is the annotated fallback for this revision, nothing
+    is written.
+    """
+    reason = reason or opts.reason or NOT_READY
+    message = message if message is not None else (opts.message or f"fallback requested ({reason})")
+    res = _base_result(layout)
+    with InstallerLock(layout.lock_file, float(opts.extra.get("lock_timeout", DEFAULT_LOCK_TIMEOUT))) as lock:
+        res["lock_waited_seconds"] = round(lock.waited, 3)
+        live: dict | None = None
+        if layout.live_manifest.exists():
+            with contextlib.suppress(StaticPodError):
+                live = layout.read_pod(layout.live_manifest, "live manifest")
+        live_ann = ((live or {}).get("metadata") or {}).get("annotations") or {}
+        if current is None and opts.revision is None and FALLBACK_FOR_REVISION in live_ann:
+            cur = (
+                int(live_ann[FALLBACK_FOR_REVISION]) if str(live_ann[FALLBACK_FOR_REVISION]).isdigit() else -1
+            )
+        else:
+            cur = current if current is not None else resolve_revision(layout, opts)
+        res["revision"] = cur
+        if live is not None:
+            with contextlib.suppress(StaticPodError):
+                ann = live_ann
+                if ann.get(FALLBACK_FOR_REVISION) == str(cur):
+                    res.update(
+                        action="none",
+                        reason=ann.get(FALLBACK_REASON, reason),
+                        message=f"already fallen back from revision {cur}",
+                        fallback_revision=pod_revision(live, "live manifest"),
+                    )
+                    return res
+                live_rev = pod_revision(live, "live manifest")
+                if current is not None and live_rev != current:
+                    res.update(
+                        action="none",
+                        reason=UNEXPECTED_REVISION,
+                        message=f"the live manifest changed to revision {live_rev} while revision {current} "
+                        "was monitored; not falling back",
+                    )
+                    return res
+        lkg, lkg_state = layout.last_known_good()
+        res["last_known_good_revision"] = lkg if lkg_state == "ok" else None
+        res["last_known_good_state"] = lkg_state
+        target, source = choose_fallback(
+            cur, layout.revisions_with_manifest(), lkg if lkg_state == "ok" else None
+        )
+        res["fallback_revision"] = target
+        res["fallback_source"] = source
+        res["reason"] = reason
+        if target is None:
+            res.update(
+                action="none",
+                message=f"no last-known-good and no earlier revision with a manifest than {cur}: nothing to fall "
+                f"back to (bootstrap); {message}",
+            )
+            return res
+        gate = _storage_version_gate(layout, target, opts)
+        res["storage_version"] = gate
+        if gate.get("available") is False and opts.storage_version_unavailable == "refuse" and not opts.force:
+            res.update(action="refused", message=gate["message"] + "; storage_version_unavailable=refuse")
+            raise StaticPodError(res["message"], reason="StorageVersionUnavailable", result=res)
+        if gate.get("skew"):
+            names = ", ".join(s["resource"] for s in gate["skew"])
+            if not opts.force:
+                res.update(
+                    action="refused",
+                    reason=STORAGE_VERSION_SKEW,
+                    message=f"revision {target} cannot decode what the cluster now stores: {gate['message']}",
+                    skewed_resources=[s["resource"] for s in gate["skew"]],
+                )
+                raise StaticPodError(
+                    f"refusing to fall back from revision {cur} to {target}: StorageVersionSkew on {names} "
+                    "(force: true overrides)",
+                    reason=STORAGE_VERSION_SKEW,
+                    result=res,
+                )
+            res["storage_version"]["forced"] = True
+        pod = layout.read_pod(layout.revision_manifest(target), f"revision {target} manifest")
+        pod = annotate_fallback(pod, cur, reason, message, str(uuid.uuid4()))
+        data = yaml.safe_dump(pod, sort_keys=False).encode()
+        res.update(action="fallback", message=message, changed=True)
+        if not opts.check_mode:
+            for stale in layout.manifests_dir.glob(f".{layout.live_manifest.name}.*.tmp"):
+                # left by a writer that died between write and rename; we hold the lock, nobody else writes
+                with contextlib.suppress(OSError):
+                    stale.unlink()
+                    res["files_removed"].append(str(stale))
+            try:
+                write_manifest_atomic(
+                    layout.live_manifest, data, before_rename=opts.extra.get("before_rename")
+                )
+            except OSError as exc:
+                raise StaticPodError(
+                    f"manifests_dir: cannot write {layout.live_manifest}: {exc}",
+                    field="manifests_dir",
+                    result=res,
+                ) from exc
+            res["written_at"] = time.time()
+        res["files_written"].append(str(layout.live_manifest))
+    res["retry"] = retry_policy(reason, opts.retry_previous_failures, opts.retry_base, opts.retry_cap)
+    return res
+
+
+def _point_link(link: Path, target: Path) -> None:
+    tmp = link.parent / f".{link.name}.{uuid.uuid4().hex[:8]}.tmp"
+    os.symlink(target, tmp)
+    try:
+        os.replace(tmp, link)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def mark_good(layout: Layout, opts: Options, current: int | None = None) -> dict[str, Any]:
+    """Point the last-known-good link at the current revision's manifest and record its decodable versions.
+
+    The link is replaced atomically (temp link + rename) under the installer lock; with the
+    StorageVersion check on, ``storage-versions.json`` is written into the revision directory
+    (KEP-2339: what this apiserver reports it can decode). Idempotent. StaticPodError if the
+    revision has no manifest or the lock is busy.
+    """
+    res = _base_result(layout)
+    with InstallerLock(layout.lock_file, float(opts.extra.get("lock_timeout", DEFAULT_LOCK_TIMEOUT))) as lock:
+        res["lock_waited_seconds"] = round(lock.waited, 3)
+        cur = current if current is not None else resolve_revision(layout, opts)
+        res["revision"] = cur
+        manifest = layout.revision_manifest(cur)
+        if not manifest.is_file():
+            raise StaticPodError(
+                f"revision: revision {cur} has no manifest at {manifest}", field="revision", reason="NotFound"
+            )
+        lkg, state = layout.last_known_good()
+        res["previous_last_known_good_revision"] = lkg
+        res["action"] = "mark_good"
+        if not (state == "ok" and lkg == cur and os.readlink(layout.lkg_link) == str(manifest)):
+            res["changed"] = True
+            if not opts.check_mode:
+                _point_link(layout.lkg_link, manifest)
+            res["files_written"].append(str(layout.lkg_link))
+        res["last_known_good_revision"] = cur
+        if opts.storage_versions is not None:
+            from ansible_collections.noderemedy.core.plugins.module_utils._storage_version import (
+                StorageVersionError,
+                StorageVersionUnavailable,
+                record_bytes,
+            )
+
+            try:
+                decodable = opts.storage_versions.decodable()
+            except StorageVersionUnavailable as exc:
+                res["storage_version"] = {"recorded": False, "available": False, "message": str(exc)}
+            except StorageVersionError as exc:
+                raise StaticPodError(str(exc), field=exc.field, reason=exc.reason, result=res) from exc
+            else:
+                path = layout.revision_dir(cur) / STORAGE_VERSIONS_FILE
+                data = record_bytes(cur, decodable)
+                old = path.read_bytes() if path.exists() else b""
+                same = json.loads(old or b"{}").get("resources") == json.loads(data)["resources"]
+                if not same:
+                    res["changed"] = True
+                    if not opts.check_mode:
+                        write_manifest_atomic(path, data)
+                    res["files_written"].append(str(path))
+                res["storage_version"] = {
+                    "recorded": True,
+                    "available": True,
+                    "record": str(path),
+                    "apiserver_id": decodable["apiServerID"],
+                    "resources": len(decodable["resources"]),
+                }
+    res["reason"] = ""
+    res["message"] = f"revision {cur} is last-known-good"
+    return res
+
+
+def status(layout: Layout, opts: Options) -> dict[str, Any]:
+    """Read-only view: revisions, live revision, last-known-good (and its state), fallback annotations."""
+    res = _base_result(layout)
+    res["action"] = "status"
+    res["revisions"] = layout.revisions()
+    res["revisions_with_manifest"] = layout.revisions_with_manifest()
+    lkg, state = layout.last_known_good()
+    res["last_known_good_revision"] = lkg
+    res["last_known_good_state"] = state
+    res["revision"] = None
+    res["fallback"] = None
+    if layout.live_manifest.exists():
+        try:
+            live = layout.read_pod(layout.live_manifest, "live manifest")
+            res["revision"] = pod_revision(live, "live manifest")
+            ann = (live.get("metadata") or {}).get("annotations") or {}
+            if FALLBACK_FOR_REVISION in ann:
+                res["fallback"] = {
+                    "for_revision": ann.get(FALLBACK_FOR_REVISION),
+                    "reason": ann.get(FALLBACK_REASON),
+                    "message": ann.get(FALLBACK_MESSAGE),
+                }
+        except StaticPodError as exc:
+            res["live_manifest_error"] = str(exc)
+    res["reason"] = res["fallback"]["reason"] if res["fallback"] else ""
+    res["message"] = f"live revision {res['revision']}, last-known-good {lkg} ({state})"
+    return res
+
+
+def prune(layout: Layout, opts: Options) -> dict[str, Any]:
+    """Delete revision directories beyond ``revision_limit``, keeping the live and last-known-good ones.
+
+    Under the installer lock. The live revision is read from the live manifest (a fallback manifest
+    carries the fallen-back-to revision; its ``fallback-for-revision`` is kept too).
+    """
+    res = _base_result(layout)
+    res["action"] = "prune"
+    with InstallerLock(layout.lock_file, float(opts.extra.get("lock_timeout", DEFAULT_LOCK_TIMEOUT))):
+        keep_extra: set[int] = set()
+        cur = opts.revision
+        if layout.live_manifest.exists():
+            with contextlib.suppress(StaticPodError):
+                live = layout.read_pod(layout.live_manifest, "live manifest")
+                cur = pod_revision(live, "live manifest") if cur is None else cur
+                ann = (live.get("metadata") or {}).get("annotations") or {}
+                if str(ann.get(FALLBACK_FOR_REVISION, "")).isdigit():
+                    keep_extra.add(int(ann[FALLBACK_FOR_REVISION]))
+        lkg, _state = layout.last_known_good()
+        revs = layout.revisions()
+        try:
+            doomed = revisions_to_prune(revs, opts.revision_limit, cur, lkg)
+        except ValueError as exc:
+            raise StaticPodError(str(exc), field="revision_limit", reason="InvalidInput") from exc
+        doomed = [r for r in doomed if r not in keep_extra]
+        for r in doomed:
+            if not opts.check_mode:
+                shutil.rmtree(layout.revision_dir(r))
+            res["files_removed"].append(str(layout.revision_dir(r)))
+        res["pruned_revisions"] = doomed
+        res["kept_revisions"] = [r for r in revs if r not in doomed]
+        res["revision"] = cur
+        res["last_known_good_revision"] = lkg
+        res["changed"] = bool(doomed)
+    res["reason"] = ""
+    res["message"] = f"pruned {len(doomed)} revision(s)"
+    return res
+
+
+def run_monitor(
+    layout: Layout,
+    opts: Options,
+    prober: HttpProber | None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+    observe_fn: Callable[..., Observation] | None = None,
+) -> dict[str, Any]:
+    """Probe until the revision is ready or ``opts.timeout`` seconds pass, then mark good or fall back.
+
+    Each iteration: read the termination log, run the HTTP checks, :func:`assess`. Ready → the
+    revision becomes last-known-good (:func:`mark_good`). Timeout → :func:`final_readiness` gives
+    the reason; a fallback reason falls back (:func:`fallback`); UnexpectedRevision does nothing
+    (library-go: never judge a revision that is not running). ``clock``/``sleep``/``observe_fn``
+    are injectable for the pure loop tests.
+
+    Result keys besides the operation's: ``ready``, ``reason``, ``message``, ``observations``,
+    ``elapsed_seconds``, ``decision_seconds`` (from the deadline to the write), ``retry``.
+    """
+    expected = resolve_revision(layout, opts)
+    if opts.timeout <= 0 or opts.interval <= 0:
+        raise StaticPodError(
+            "timeout / interval: must be > 0 seconds", field="timeout", reason="InvalidInput"
+        )
+    obs_fn = observe_fn or (lambda now, left: observe(layout, expected, prober, now, left))
+    start = clock()
+    deadline = start + opts.timeout
+    observations: list[Observation] = []
+    verdict = Readiness(False, NEVER_STARTED_UP, "not probed")
+    while True:
+        now = clock()
+        o = obs_fn(now, deadline - now)
+        observations.append(o)
+        verdict = assess(expected, o)
+        if verdict.ready:
+            break
+        now = clock()
+        if now >= deadline:
+            break
+        sleep(min(opts.interval, deadline - now))
+    timed_out_at = clock()
+    if verdict.ready:
+        res = mark_good(layout, opts, current=expected)
+        res.update(ready=True, reason="", message=f"revision {expected} is ready; {res['message']}")
+    else:
+        verdict = final_readiness(expected, observations)
+        if verdict.reason in FALLBACK_REASONS:
+            res = fallback(layout, opts, verdict.reason, verdict.message, current=expected)
+            res["reason"] = (
+                verdict.reason if res.get("action") == "fallback" else res.get("reason", verdict.reason)
+            )
+            res["retry"] = retry_policy(
+                verdict.reason, opts.retry_previous_failures, opts.retry_base, opts.retry_cap
+            )
+        else:
+            res = _base_result(layout)
+            res.update(action="none", reason=verdict.reason, revision=expected)
+        res["message"] = (
+            verdict.message if res.get("action") == "fallback" else res.get("message") or verdict.message
+        )
+        if res.get("action") == "none" and verdict.message not in res["message"]:
+            res["message"] = f"{res['message']} ({verdict.reason}: {verdict.message})"
+        res["ready"] = False
+    end = clock()
+    res["revision"] = expected
+    res["observations"] = len(observations)
+    res["elapsed_seconds"] = round(end - start, 3)
+    res["decision_seconds"] = round(end - timed_out_at, 3)
+    res["last_observation"] = asdict(observations[-1])
+    return res

@@ -1,0 +1,244 @@
+# Copyright: noderemedy developers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Probe I/O: the operand's ``/healthz`` and ``/readyz`` (names of failed checks and unfinished
+post-start hooks), the etcd check, and one observation of a start-up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import ssl
+import traceback
+from typing import Any
+from urllib import error as urlerror
+
+from ansible.module_utils.urls import open_url
+
+try:
+    import yaml
+except ImportError:  # the module reports missing_required_lib("PyYAML")
+    yaml = None
+    HAS_YAML = False
+    YAML_IMPORT_ERROR: str | None = traceback.format_exc()
+else:
+    HAS_YAML = True
+    YAML_IMPORT_ERROR = None
+
+from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.layout import (
+    Layout,
+)
+from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.readiness import (
+    Check,
+    Observation,
+    _check_text,
+    parse_start_log,
+    pod_revision,
+)
+from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.vocabulary import (
+    StaticPodError,
+)
+
+# --- I/O: probes ----------------------------------------------------------------------------------
+
+#: Shared argspec of the probe options; documented 1:1 by doc fragment ``noderemedy.core.static_pod.probe``.
+PROBE_ARGSPEC: dict[str, dict[str, Any]] = {
+    "probe_url": {"type": "str"},
+    "probe_kind": {"type": "str", "choices": ["kube-apiserver", "etcd"]},
+    "probe_ca_cert": {"type": "path"},
+    "probe_client_cert": {"type": "path"},
+    "probe_client_key": {"type": "path", "no_log": False},
+    "probe_validate_certs": {"type": "bool", "default": True},
+    "probe_request_timeout": {"type": "float", "default": 2.0},
+}
+
+#: Paths of the three checks per probe kind: (healthz, readyz, etcd check).
+PROBE_PATHS = {
+    "kube-apiserver": ("/healthz?verbose", "/readyz?verbose", "/healthz/etcd"),
+    "etcd": ("/livez", "/readyz", "/health"),
+}
+
+
+class HttpProber:
+    """Runs the health checks of one operand over HTTP(S) on 127.0.0.1/localhost.
+
+    Args:
+        base_url: e.g. ``https://127.0.0.1:6443`` (kube-apiserver) or ``http://127.0.0.1:2379`` (etcd).
+        kind: ``kube-apiserver`` (``/healthz?verbose``, ``/readyz?verbose``, ``/healthz/etcd`` as in
+            cluster-kube-apiserver-operator's startup-monitor readiness) or ``etcd`` (``/livez``,
+            ``/readyz``, ``/health``).
+        ca_cert / client_cert / client_key: PEM files for TLS; ``validate_certs`` False skips
+            server verification.
+        request_timeout: seconds per request.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        kind: str = "kube-apiserver",
+        ca_cert: str | None = None,
+        client_cert: str | None = None,
+        client_key: str | None = None,
+        validate_certs: bool = True,
+        request_timeout: float = 2.0,
+    ) -> None:
+        if kind not in PROBE_PATHS:
+            raise StaticPodError(f"probe_kind: must be one of {sorted(PROBE_PATHS)}", field="probe_kind")
+        if not re.match(r"^https?://", base_url or ""):
+            raise StaticPodError(
+                f"probe_url: must start with http:// or https://, got {base_url!r}", field="probe_url"
+            )
+        self.base_url = base_url.rstrip("/")
+        self.kind = kind
+        self.request_timeout = request_timeout
+        self._tls = {
+            "validate_certs": validate_certs,
+            "ca_path": ca_cert if validate_certs else None,
+            "client_cert": client_cert,
+            "client_key": client_key,
+        }
+        self._ctx: ssl.SSLContext | None = None
+        if self.base_url.startswith("https://"):
+            try:
+                ctx = ssl.create_default_context(cafile=ca_cert if validate_certs else None)
+                if not validate_certs:
+                    ctx.check_hostname = False
+                    ctx.verify_mode = ssl.CERT_NONE
+                if client_cert:
+                    ctx.load_cert_chain(client_cert, client_key)
+            except (OSError, ssl.SSLError) as exc:
+                raise StaticPodError(
+                    f"probe_ca_cert / probe_client_cert: {exc}", field="probe_client_cert"
+                ) from exc
+            self._ctx = ctx
+
+    def get(self, path: str, timeout: float | None = None) -> Check:
+        """GET ``path``; a Check (never raises for transport errors)."""
+        t = self.request_timeout if timeout is None else max(0.1, timeout)
+        try:
+            with open_url(self.base_url + path, timeout=t, use_proxy=False, **self._tls) as resp:
+                body = resp.read(4096).decode(errors="replace")
+                ok = resp.getcode() == 200
+                if self.kind == "etcd" and path == "/health":
+                    ok = ok and '"health":"true"' in body.replace(" ", "")
+                return Check(ok, True, resp.getcode(), body)
+        except urlerror.HTTPError as exc:
+            body = exc.read(4096).decode(errors="replace") if exc.fp else ""
+            return Check(False, True, exc.code, body)
+        except (urlerror.URLError, OSError, ssl.SSLError) as exc:
+            reason = getattr(exc, "reason", exc)
+            return Check(False, False, 0, "", f"{type(reason).__name__}: {reason}")
+
+    def checks(self, deadline_in: float | None = None, pod: dict | None = None) -> dict[str, Check]:
+        """Run the checks: ``{"healthz": Check, "readyz"?: Check, "etcd"?: Check}``.
+
+        When healthz gets no answer, readyz is skipped (nothing is serving) and, for a
+        kube-apiserver whose manifest ``pod`` is given, the etcd check is run directly against the
+        ``--etcd-servers`` of that manifest (:func:`etcd_direct_check`): a kube-apiserver with an
+        unreachable etcd does not serve at all before it exits ("context deadline exceeded"), so
+        its own ``/healthz/etcd`` can never say so. ``deadline_in`` bounds each request's timeout
+        (seconds left before the monitor's deadline).
+        """
+        healthz_path, readyz_path, etcd_path = PROBE_PATHS[self.kind]
+
+        def tmo() -> float:
+            return (
+                self.request_timeout
+                if deadline_in is None
+                else min(self.request_timeout, max(0.1, deadline_in))
+            )
+
+        out = {"healthz": self.get(healthz_path, tmo())}
+        if not out["healthz"].answered:
+            if self.kind == "kube-apiserver" and pod is not None:
+                direct = etcd_direct_check(pod, tmo())
+                if direct is not None:
+                    out["etcd"] = direct
+            return out
+        out["etcd"] = self.get(etcd_path, tmo())
+        out["readyz"] = self.get(readyz_path, tmo())
+        return out
+
+
+def etcd_flags(pod: dict) -> dict[str, str]:
+    """The ``--etcd-*`` flags of a kube-apiserver manifest's first container (``command`` + ``args``).
+
+    Returns e.g. ``{"etcd-servers": "https://127.0.0.1:2379", "etcd-cafile": ...}`` (``--flag=value``
+    and ``--flag value`` forms).
+    """
+    try:
+        container = pod["spec"]["containers"][0]
+        argv = [str(a) for a in (container.get("command") or []) + (container.get("args") or [])]
+    except (KeyError, IndexError, TypeError, AttributeError):
+        return {}
+    out: dict[str, str] = {}
+    for i, arg in enumerate(argv):
+        if not arg.startswith("--etcd-"):
+            continue
+        name, eq, value = arg[2:].partition("=")
+        if not eq and i + 1 < len(argv):
+            value = argv[i + 1]
+        out[name] = value
+    return out
+
+
+def etcd_direct_check(pod: dict, timeout: float) -> Check | None:
+    """The etcd check of a kube-apiserver that does not serve: ``GET <server>/health`` on its etcd servers.
+
+    Uses the manifest's ``--etcd-servers`` and ``--etcd-cafile/--etcd-certfile/--etcd-keyfile``; ok
+    when one server reports ``"health":"true"``. ``answered`` is True when the check reached a
+    verdict (a refused connection is a red verdict); None when the manifest names no etcd server.
+    """
+    flags = etcd_flags(pod)
+    servers = [s for s in flags.get("etcd-servers", "").split(",") if s]
+    if not servers:
+        return None
+    details = []
+    for server in servers:
+        try:
+            prober = HttpProber(
+                server,
+                "etcd",
+                flags.get("etcd-cafile") or None,
+                flags.get("etcd-certfile") or None,
+                flags.get("etcd-keyfile") or None,
+                request_timeout=timeout,
+            )
+        except StaticPodError as exc:
+            details.append(f"{server}: {exc}")
+            continue
+        check = prober.get("/health", timeout)
+        if check.ok:
+            return Check(True, True, check.status, check.body)
+        details.append(f"{server}: {_check_text(check)}")
+    return Check(
+        False, True, 0, "", "etcd (from the manifest's --etcd-servers) unhealthy: " + "; ".join(details)
+    )
+
+
+def observe(
+    layout: Layout,
+    expected_revision: int,
+    prober: HttpProber | None,
+    now: float,
+    deadline_in: float | None = None,
+) -> Observation:
+    """One observation: start attempts from the termination log plus the HTTP checks."""
+    try:
+        text = layout.termination_log.read_text(errors="replace")
+    except OSError:
+        text = ""
+    attempts, running = parse_start_log(text, expected_revision)
+    checks: dict[str, Check] = {}
+    if prober is not None and attempts > 0 and running == expected_revision:
+        pod = None
+        for path in (layout.live_manifest, layout.revision_manifest(expected_revision)):
+            with contextlib.suppress(StaticPodError):
+                candidate = layout.read_pod(path, "manifest")
+                if pod_revision(candidate, "manifest") == expected_revision:
+                    pod = candidate
+                    break
+        checks = prober.checks(deadline_in, pod)
+    return Observation(
+        now, attempts, running, checks.get("healthz"), checks.get("readyz"), checks.get("etcd")
+    )
