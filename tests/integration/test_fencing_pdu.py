@@ -248,6 +248,8 @@ def test_status_lagging_longer_than_power_timeout_fails_never_reports_off(lab, r
     res = play([{"name": "slow", MODULE: v2c(rpdu, ["7"], "off", power_timeout=1.5), "ignore_errors": True}])
     out = assert_failed_unfenced(res, "slow")
     assert out["error"] == "verify" and "power_timeout=1.5s" in out["msg"] and "7=on" in out["msg"]
+    # what an admin must know: the outlet stays commanded off although its status still reads on
+    assert "the device is left commanded off" in out["msg"], out["msg"]
     assert snmpget(lab, rpdu, f"{RPDU_STATUS}.7") == "1", "the PDU itself still reports the outlet on"
 
 

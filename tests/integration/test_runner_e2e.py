@@ -666,9 +666,14 @@ def test_missing_template_gives_a_condition_naming_it(
             and "not found" in msg
         )
         assert conds(obj)["Processing"]["status"] == "False"
-        assert any(
-            e.reason == "FenceConfigInvalid" and "fence-method-template-missing" in e.message
-            for e in events_of(api, obj)
+        # the Event follows the status write (an Event is best effort and written after it)
+        wait_for(
+            lambda: any(
+                e.reason == "FenceConfigInvalid" and "fence-method-template-missing" in e.message
+                for e in events_of(api, obj)
+            ),
+            30,
+            "the FenceConfigInvalid Event",
         )
         co.delete_cluster_custom_object(*NF, name)
     finally:
@@ -972,7 +977,7 @@ def test_status_write_with_a_stale_resource_version_is_a_conflict(api: client.Ap
         kube.replace_status(
             NF_CRD, stale, {"status": "Running", "step": "Isolation", "retries": 0, "restarts": 0}
         )
-        with pytest.raises(Conflict, match=f"write status of NodeFence /{name}: HTTP 409"):
+        with pytest.raises(Conflict, match=f"nodefences/{name}: HTTP 409"):
             kube.replace_status(
                 NF_CRD, stale, {"status": "Final", "step": "Isolation", "retries": 0, "restarts": 0}
             )

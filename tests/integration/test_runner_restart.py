@@ -167,6 +167,7 @@ def test_stopped_at_every_step_the_runner_resumes_without_repeating_a_power_cycl
 
     obj = wait_for(final, 300, f"NodeFence {name} Final")
     elapsed = time.monotonic() - started
+    co.delete_cluster_custom_object(*NF, name)  # later tests in this lab start without it
     st = obj["status"]
     assert st["status"] == "Final" and conds(obj)["Succeeded"]["status"] == "True", (st, interrupted)
     assert st["jobs"] == [iso, pm_off, pm_on, rec], st["jobs"]

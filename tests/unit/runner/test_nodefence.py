@@ -298,6 +298,28 @@ def test_long_executor_messages_are_truncated_in_conditions() -> None:
     assert cond_ is not None and len(cond_.message) < 1100
 
 
+def test_giving_up_says_what_the_device_was_left_in() -> None:
+    """The Error's Processing message carries the last failure, e.g. a PDU outlet left commanded
+    off while its status still reads on, so an admin knows the device state."""
+    ident = run_ident(NAME, 0, "PowerManagement", POLICY.step_retries)
+    last = "pdu-off: 127.0.0.1:16010: not verified off within power_timeout=20s; the device is left commanded off"
+    action = decide(
+        NAME,
+        status(
+            "Running",
+            "PowerManagement",
+            retries=POLICY.step_retries,
+            current_run=run_ref("PowerManagement", POLICY.step_retries),
+        ),  # fmt: skip
+        observe(result=StepResult(ident, False, message=last)),
+        CONFIG,
+        POLICY,
+    )
+    processing = find_condition(written(action).conditions, "Processing")
+    assert written(action).status == "Error" and processing is not None
+    assert processing.message.endswith(f"last: {last}")
+
+
 def test_config_for_another_node_is_an_error() -> None:
     with pytest.raises(ValueError, match="is for node 'worker-1', not 'worker-9'"):
         decide(NAME, status(), observe(node="worker-9"), CONFIG, POLICY)
