@@ -232,6 +232,7 @@ def start_kube(sup: Supervisor, cfg: LabConfig, binaries: dict[str, Path], node_
 
 
 def _client(kubeconfig: Path):
+    """A new ``kubernetes.client.ApiClient`` for ``kubeconfig``."""
     from kubernetes import config as kconfig
 
     return kconfig.new_client_from_config(str(kubeconfig))
@@ -252,12 +253,13 @@ def _create_nodes(kubeconfig: Path, names: list[str]) -> None:
                 ) from exc
 
 
-def node_ready(kubeconfig: Path, names: list[str]) -> dict[str, str]:
-    """Ready condition status ('True', 'False', 'Unknown', or 'missing') of each node in ``names``."""
+def node_ready(api_client, names: list[str]) -> dict[str, str]:
+    """Ready condition status ('True', 'False', 'Unknown', or 'missing') of each node in ``names``,
+    read with ``api_client`` (a ``kubernetes.client.ApiClient``)."""
     from kubernetes import client
 
-    api = client.CoreV1Api(_client(kubeconfig))
-    found = {n.metadata.name: n for n in api.list_node().items}
+    api = client.CoreV1Api(api_client)
+    found = {n.metadata.name: n for n in api.list_node(_request_timeout=10).items}
     out = {}
     for name in names:
         node = found.get(name)

@@ -77,6 +77,9 @@ def test_out_of_service_on_a_fenced_node_releases_its_pods(lab_kube, namespace, 
     assert f"node {READY}: Ready is True" in res["msg"]
     assert not any(t["key"] == OOS["key"] for t in taints(lab_kube, READY))
 
+    # powered off: what the node lifecycle controller would write after its grace period, written
+    # now (that controller is not what this test is about)
+    lab_kube.mark_unreachable(DEAD)
     lab_kube.wait_nodes([DEAD], {"False", "Unknown"}, 120)
 
     # NotReady but no / unverified / stale evidence: refused
