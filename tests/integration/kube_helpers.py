@@ -26,11 +26,74 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: 
     raise AssertionError(f"timed out after {timeout} s waiting for {what}; last: {last!r}")
 
 
+#: kubectl resource name -> (API prefix, plural, namespaced), for the reads :func:`kjson` serves itself
+_RESOURCES = {
+    "node": ("/api/v1", "nodes", False),
+    "nodes": ("/api/v1", "nodes", False),
+    "pod": ("/api/v1", "pods", True),
+    "pods": ("/api/v1", "pods", True),
+    "pdb": ("/apis/policy/v1", "poddisruptionbudgets", True),
+    "volumeattachments": ("/apis/storage.k8s.io/v1", "volumeattachments", False),
+}
+_FLAGS = {"-n": "namespace", "-l": "labelSelector", "--field-selector": "fieldSelector"}
+
+
+def _rest_path(args: tuple[str, ...]) -> tuple[str, list[tuple[str, str]]] | None:
+    """The API path and query of ``kubectl get KIND [NAME] [-n NS] [-A] [-l SEL] [--field-selector
+    SEL]`` or ``kubectl version``; None for anything else."""
+    words: list[str] = []
+    opts: dict[str, str] = {}
+    it = iter(args)
+    for arg in it:
+        if arg in _FLAGS:
+            opts[_FLAGS[arg]] = next(it, "")
+        elif arg == "-A":
+            opts["all"] = "1"
+        elif arg.startswith("-"):
+            return None
+        else:
+            words.append(arg)
+    if words == ["version"] and not opts:
+        return "/version", []
+    if len(words) not in (2, 3) or words[0] != "get" or words[1] not in _RESOURCES:
+        return None
+    prefix, plural, namespaced = _RESOURCES[words[1]]
+    ns = opts.pop("namespace", None)
+    opts.pop("all", None)
+    path = f"{prefix}/namespaces/{ns}/{plural}" if namespaced and ns else f"{prefix}/{plural}"
+    if namespaced and len(words) == 3 and not ns:
+        path = f"{prefix}/namespaces/default/{plural}"
+    if len(words) == 3:
+        path += f"/{words[2]}"
+    return path, sorted(opts.items())
+
+
 def kjson(lab: Any, *args: str) -> dict:
-    """``kubectl <args> -o json`` through the lab's kubectl, decoded; fails the test on an error."""
-    out = lab.kubectl(*args, "-o", "json")
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)
+    """``kubectl <args> -o json``, decoded; fails the test on an error.
+
+    Reads of the kinds in ``_RESOURCES`` (and ``version``) go through the lab's API client, since
+    tests poll them in loops and a kubectl process per poll costs CPU the peers need; anything else
+    runs the lab's kubectl."""
+    rest = _rest_path(args)
+    if rest is None:
+        out = lab.kubectl(*args, "-o", "json")
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+    from kubernetes.client.exceptions import ApiException
+
+    path, query = rest
+    try:
+        return lab.api_client().call_api(
+            path,
+            "GET",
+            query_params=query,
+            response_type="object",
+            auth_settings=["BearerToken"],
+            _return_http_data_only=True,
+            _request_timeout=30,
+        )
+    except ApiException as exc:
+        raise AssertionError(f"GET {path} {query}: {exc.status} {exc.reason}: {exc.body}") from exc
 
 
 def apply(lab: Any, tmp: Path, *docs: dict) -> None:

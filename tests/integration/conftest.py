@@ -1,0 +1,86 @@
+"""Fixtures of the integration tests that drive the lab's API server and the runner.
+
+* ``api``: the lab's admin ApiClient with every CRD under ``deploy/crds/`` installed (created, or
+  replaced when present) and Established -- once per lab;
+* ``namespace``: a fresh namespace for a runner (Leases, status ConfigMap); NodeFences deleted after;
+* ``runners``: the :class:`~runner_harness.Runner` objects a test starts; those still alive are
+  stopped after it;
+* ``powered_on``: the lab, every node powered on and Ready again after the test.
+
+The lab itself (``lab``, ``lab_kube``) comes from the ``noderemedy_lab`` pytest plugin, and
+``run_playbook`` from ``tests/conftest.py``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+from kube_helpers import wait_for
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from runner_harness import CRD_DIR, Runner, delete_nodefences
+
+
+@pytest.fixture(scope="session")
+def api(lab_kube: Any) -> client.ApiClient:
+    """The lab's admin ApiClient, with every CRD under deploy/crds/ installed and Established."""
+    api_client = lab_kube.api_client()
+    ext = client.ApiextensionsV1Api(api_client)
+    names = []
+    for path in sorted(CRD_DIR.glob("*.yaml")):
+        body = yaml.safe_load(path.read_text())
+        name = body["metadata"]["name"]
+        names.append(name)
+        try:
+            ext.create_custom_resource_definition(body)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise AssertionError(f"{path.name} rejected by the API server: {exc.body}") from exc
+            body["metadata"]["resourceVersion"] = ext.read_custom_resource_definition(
+                name
+            ).metadata.resource_version
+            ext.replace_custom_resource_definition(name, body)
+
+    def established(name: str) -> bool:
+        conds = {
+            c.type: c.status for c in (ext.read_custom_resource_definition(name).status.conditions or [])
+        }
+        return conds.get("Established") == "True" and conds.get("NamesAccepted") == "True"
+
+    for name in names:
+        wait_for(lambda n=name: established(n), 60, f"CRD {name} Established")
+    return api_client
+
+
+@pytest.fixture
+def namespace(api: client.ApiClient) -> Iterator[str]:
+    """A fresh namespace for the runner (Leases, status ConfigMap); NodeFences deleted after."""
+    name = f"nr-{uuid.uuid4().hex[:8]}"
+    core = client.CoreV1Api(api)
+    core.create_namespace({"metadata": {"name": name}})
+    yield name
+    delete_nodefences(api)
+    core.delete_namespace(name)
+
+
+@pytest.fixture
+def runners() -> Iterator[list[Runner]]:
+    """Runners started by a test; every one still alive is stopped afterwards."""
+    started: list[Runner] = []
+    yield started
+    for r in started:
+        if r.alive():
+            r.stop()
+
+
+@pytest.fixture
+def powered_on(lab_kube: Any) -> Iterator[Any]:
+    """The lab, with every node powered on and Ready again after the test."""
+    yield lab_kube
+    for node in lab_kube.info["nodes"]:
+        lab_kube.power_on(node)
+    lab_kube.wait_nodes(lab_kube.info["nodes"], "True", 90)
