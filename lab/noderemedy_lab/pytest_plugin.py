@@ -63,6 +63,19 @@ def lab_config(workdir) -> LabConfig:
     )
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test by the lab it needs, from the fixtures it uses (directly or through other
+    fixtures): ``lab`` for the ``lab`` fixture, ``lab`` and ``kube`` for ``lab_kube``; so that
+    ``-m "not lab"`` selects exactly the tests that need no peer of the session's lab. (Tests that
+    start peers of their own carry ``pytestmark = pytest.mark.lab`` themselves.)"""
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        if "lab" in names or "lab_kube" in names:
+            item.add_marker(pytest.mark.lab)
+        if "lab_kube" in names:
+            item.add_marker(pytest.mark.kube)
+
+
 @pytest.fixture(scope="session")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     """A started :class:`~noderemedy_lab.lab.Lab`; stopped (and checked stopped) after the session."""
