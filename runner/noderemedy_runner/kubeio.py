@@ -15,7 +15,6 @@ there was no answer), :class:`Conflict` (a subclass) for 409.
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -310,19 +309,3 @@ class KubeIO:
             self.core.create_namespaced_event(namespace, body, _request_timeout=REQUEST_TIMEOUT)
         except (ApiException, OSError):
             return
-
-    def events_for(self, obj: Mapping[str, Any]) -> list[dict[str, Any]]:
-        """Events whose involvedObject is ``obj`` (by uid), oldest first (for tests and tooling)."""
-        meta = obj.get("metadata") or {}
-        namespace = meta.get("namespace") or CLUSTER_EVENTS_NAMESPACE
-        resp = self.core.list_namespaced_event(
-            namespace, field_selector=f"involvedObject.uid={meta.get('uid')}", _preload_content=False,
-            _request_timeout=REQUEST_TIMEOUT,
-        )  # fmt: skip
-        items = [dict(e) for e in _json(resp).get("items") or []]
-        return sorted(items, key=lambda e: str(e.get("firstTimestamp") or ""))
-
-
-def now() -> float:
-    """Wall-clock seconds since the epoch (the machines' ``now``)."""
-    return time.time()
