@@ -209,7 +209,7 @@ def test_cipher_zero_is_refused_before_any_packet(lab, bmc0, run_playbook) -> No
 
 
 def test_cipher_17_refused_by_this_bmc_is_not_silently_downgraded(lab, bmc0) -> None:
-    # ipmi_sim refuses suites 15-17 (lab pitfall 1); pyghmi would fall back to suite 3 on its own
+    # ipmi_sim refuses suites 15-17 (and suites 7/8 hang); pyghmi would fall back to suite 3 on its own
     drv = IpmiDriver(bmc0["host"], bmc0["username"], bmc0["password"], ipport=bmc0["port"], cipher=17)
     with pytest.raises(Exception) as err:
         drv.run("off")
@@ -219,7 +219,7 @@ def test_cipher_17_refused_by_this_bmc_is_not_silently_downgraded(lab, bmc0) -> 
 
 # ------------------------------------------------------------------------------------ sessions
 def test_many_sessions_in_one_process_do_not_hang_or_leak(lab) -> None:
-    """Pitfalls 5/6: str credentials hang pyghmi's cache; leaked sessions exhaust the BMC (~60)."""
+    """str credentials hang pyghmi's session cache; leaked sessions exhaust the BMC (~60)."""
     bmc = bmc_of(lab, "lab-node-1")
     op = bmc["operator"]
     for i in range(90):

@@ -851,7 +851,7 @@ def test_taint_follows_verified_power_off_five_times_and_prints_latency(
     """isolation=ipmi-off (power off, read back), recovery=ipmi-on; node already NotReady; grace 0.
 
     Five NodeFences in a row each end with FenceVerified=True and the taint; the time from creation
-    to the taint is printed (a figure for the issue notes, never asserted: ``pytest -s -k latency``)."""
+    to the taint is printed (a figure, never asserted: ``pytest -s -k latency``)."""
     port = lab_kube.info["devices"]["fc_ports"][DEAD]
     fence_ns.put("config_map", fence_config(DEAD, port, "ipmi-off", "", "ipmi-on fc-on"))
     co = client.CustomObjectsApi(api)

@@ -55,7 +55,8 @@ def test_ipmi_cipher_zero_message_says_why() -> None:
 
 def test_ipmi_driver_keeps_credentials_as_bytes_and_out_of_evidence() -> None:
     drv = _ipmi.IpmiDriver(**IPMI_OK, ipport=24100)
-    assert isinstance(drv._username, bytes) and isinstance(drv._password, bytes)  # pitfall 6
+    # bytes: pyghmi's session cache matches bytes only
+    assert isinstance(drv._username, bytes) and isinstance(drv._password, bytes)
     evidence = drv.evidence(None)
     assert evidence["target"] == "127.0.0.1:24100" and evidence["plugs"] == ["chassis"]
     assert "s3cret" not in repr(evidence) and "admin" not in repr(evidence)
