@@ -181,7 +181,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         try:
             for node, ready in node_ready(_client(Path(state["kube"]["kubeconfig"])), state["nodes"]).items():
                 print(f"{'node ' + node:28s} Ready={ready}")
-        except Exception as exc:  # noqa: BLE001 - report, do not crash, when the apiserver is down
+        except Exception as exc:  # report, do not crash, when the apiserver is down
             bad += 1
             print(f"{'nodes':28s} cannot list: {exc.__class__.__name__}")
     return 1 if bad else 0

@@ -261,14 +261,14 @@ class IpmiDriver(FenceDriver):
                     port=self.ipport,
                     privlevel=PRIVILEGE_LEVELS[self.privlvl],
                 )
-            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            except BaseException as exc:  # handed to the caller
                 box["error"] = exc
                 sess = None
             with lock:
                 if box.get("abandoned") and sess is not None:
                     try:
                         sess.logout()
-                    except Exception:  # noqa: BLE001
+                    except Exception:
                         pass
                 box["session"] = sess
                 done.set()
@@ -299,7 +299,7 @@ class IpmiDriver(FenceDriver):
             return
         try:
             sess.logout()
-        except Exception:  # noqa: BLE001 - a failed logout must not mask the result
+        except Exception:  # a failed logout must not mask the result
             pass
 
     def _command(self, command: int, data: list[int]) -> Any:

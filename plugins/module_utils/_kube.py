@@ -220,7 +220,7 @@ def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     kwargs.setdefault("_request_timeout", REQUEST_TIMEOUT)
     try:
         return fn(*args, **kwargs)
-    except Exception as exc:  # noqa: BLE001 - classified right here
+    except Exception as exc:  # classified right here
         raise classify(exc) from exc
 
 
@@ -286,7 +286,7 @@ def build_configuration(params: dict[str, Any]) -> Any:
                 )
     except KubeError:
         raise
-    except Exception as exc:  # noqa: BLE001 - classified right here
+    except Exception as exc:  # classified right here
         raise classify(exc) from exc
     if auth["host"] is not None:
         cfg.host = auth["host"]
@@ -387,6 +387,6 @@ def request(
             raise kubernetes.client.exceptions.ApiException.from_response(
                 http_resp=response, body=data.decode("utf-8", "replace") if data else None, data=None
             )
-    except Exception as exc:  # noqa: BLE001 - classified right here
+    except Exception as exc:  # classified right here
         raise classify(exc) from exc
     return json.loads(data) if data else None

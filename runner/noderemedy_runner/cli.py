@@ -340,9 +340,9 @@ def _api_client(kubeconfig: Path | None) -> Any:
 
 def _label_selector(text: str) -> Any:
     """argparse type of ``--metal3-selector``: a metav1.LabelSelector in JSON."""
-    import json  # noqa: PLC0415 - only with the flag
+    import json  # only with the flag
 
-    from noderemedy_runner.metal3 import Metal3Error, parse_label_selector  # noqa: PLC0415
+    from noderemedy_runner.metal3 import Metal3Error, parse_label_selector
 
     try:
         return parse_label_selector(json.loads(text), "--metal3-selector")
@@ -362,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     if needs_api:
         try:
             api = _api_client(args.kubeconfig)
-        except Exception as exc:  # noqa: BLE001 - any client construction error is fatal here
+        except Exception as exc:  # any client construction error is fatal here
             print(f"noderemedy-runner: error: cannot build a Kubernetes client: {exc}", file=sys.stderr)
             return 1
     try:

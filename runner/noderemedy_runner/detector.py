@@ -115,7 +115,7 @@ class EventRecorder:
                     return
                 raw: Any = body
                 self.api.create_namespaced_event(body["metadata"]["namespace"], raw)
-            except Exception as exc:  # noqa: BLE001 - events are best effort
+            except Exception as exc:  # events are best effort
                 log.warning("event %s not written: %s", body and body.get("reason"), exc)
             finally:
                 self._q.task_done()
@@ -187,7 +187,7 @@ class _Informer:
                 self.errors += 1
                 log.warning("%s watch: %s %s; relisting", self.name, exc.status, exc.reason)
                 stop.wait(1.0)
-            except Exception as exc:  # noqa: BLE001 - transport errors: relist
+            except Exception as exc:  # transport errors: relist
                 self.errors += 1
                 log.warning("%s watch: %s; relisting", self.name, exc)
                 stop.wait(1.0)
@@ -720,7 +720,7 @@ class Detector:
     def _lease_upkeep_pass(self, now: float) -> None:
         try:
             self._lease_upkeep(now)
-        except Exception as exc:  # noqa: BLE001 - a failed upkeep is retried at the next one
+        except Exception as exc:  # a failed upkeep is retried at the next one
             self.metrics.reconcile_error("Detector", "-", f"lease upkeep: {exc}")
             log.exception("node Lease upkeep failed")
 
@@ -780,7 +780,7 @@ class Detector:
             try:
                 p = self.reconcile_once(wait=False)
                 wait = self.resync if p.next_check is None else min(self.resync, p.next_check + 0.01)
-            except Exception as exc:  # noqa: BLE001 - one bad pass must not stop detection
+            except Exception as exc:  # one bad pass must not stop detection
                 self.metrics.reconcile_error("Detector", "-", str(exc))
                 log.exception("detection pass failed")
                 wait = 1.0

@@ -352,7 +352,7 @@ def run_niced(nice: int, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> A
             tid = threading.get_native_id()
             os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
             box["value"] = fn(*args, **kwargs)
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+        except BaseException as exc:  # re-raised in the caller's thread
             box["error"] = exc
 
     worker = threading.Thread(target=target, name=f"{threading.current_thread().name}-run", daemon=True)
@@ -513,7 +513,7 @@ class Executor:
         each run's start line). Raises :class:`ExecutorError` for an action without a playbook or
         a malformed ident; a canceled wait for a slot returns status ``canceled``.
         """
-        import ansible_runner  # type: ignore[import-untyped]  # noqa: PLC0415 - heavy import
+        import ansible_runner  # type: ignore[import-untyped]  # heavy import
 
         if action.playbook is None:
             raise ExecutorError(f"action {action.kind} has no playbook")

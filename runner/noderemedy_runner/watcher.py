@@ -171,7 +171,7 @@ class Watcher:
             if kind == "NodeFence":
                 return self.nodefences.reconcile(name, cancel)
             return self.metal3.reconcile(namespace, name, cancel)
-        except Exception as exc:  # noqa: BLE001 - one bad object must not stop the others; requeued
+        except Exception as exc:  # one bad object must not stop the others; requeued
             bind(log, resource=resource).warning("%s: %s", type(exc).__name__, exc)
             self.observer.reconcile_error(kind, name, f"{type(exc).__name__}: {exc}")
             return ERROR_REQUEUE_SECONDS
@@ -218,7 +218,7 @@ class Watcher:
         every minute and after errors), so a new or changed object is reconciled at once; the
         periodic :meth:`poll` stays the resync and the source of truth (the events carry nothing
         else). A kind whose CRD is not installed is retried every ``poll_interval`` seconds."""
-        from kubernetes import watch  # noqa: PLC0415 - only the watcher thread needs it
+        from kubernetes import watch  # only the watcher thread needs it
 
         group, version, plural, _kind = crd
         while not stop.is_set():
@@ -235,7 +235,7 @@ class Watcher:
                     wake.set()
                     if stop.is_set():
                         break
-            except Exception:  # noqa: BLE001 - not installed, API unreachable: the poll carries on
+            except Exception:  # not installed, API unreachable: the poll carries on
                 stop.wait(max(self.poll_interval, 1.0))
             finally:
                 w.stop()  # type: ignore[no-untyped-call]
@@ -252,7 +252,7 @@ class Watcher:
         while not stop.is_set():
             try:
                 self.poll()
-            except Exception as exc:  # noqa: BLE001 - API unreachable etc.: keep polling
+            except Exception as exc:  # API unreachable etc.: keep polling
                 log.warning("listing custom resources: %s: %s", type(exc).__name__, exc)
                 self.observer.reconcile_error("Watcher", "", f"{type(exc).__name__}: {exc}")
             if wake.wait(self.poll_interval):

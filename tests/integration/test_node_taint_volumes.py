@@ -80,7 +80,7 @@ class StandInAttacher(threading.Thread):
                         continue
                     self.api.patch_volume_attachment_status(va.metadata.name, {"status": {"attached": True}})
                     self.marked.append(va.metadata.name)
-            except Exception as exc:  # noqa: BLE001 - a 404/409 race with a detach; keep going
+            except Exception as exc:  # a 404/409 race with a detach; keep going
                 self.errors.append(repr(exc))
 
 

@@ -23,7 +23,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from operand_harness import StaticPodKubelet  # noqa: E402
+from operand_harness import StaticPodKubelet
 
 pytestmark = [pytest.mark.lab, pytest.mark.kube]
 
