@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kube_helpers import apply, prefer_node, statefulset, wait_for
+from kube_helpers import apply, kjson, prefer_node, statefulset, wait_for
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 from runner_harness import Runner
@@ -217,9 +217,7 @@ def private_dir(r: Runner, obj: dict) -> Path:
 
 
 def taint_present(lab: Any, node: str) -> bool:
-    out = lab.kubectl("get", "node", node, "-o", "json")
-    assert out.returncode == 0, out.stderr
-    return any(t.get("key") == OOS for t in json.loads(out.stdout)["spec"].get("taints") or [])
+    return any(t.get("key") == OOS for t in kjson(lab, "get", "node", node)["spec"].get("taints") or [])
 
 
 def oos_on(core: client.CoreV1Api, node: str) -> bool:
@@ -262,8 +260,7 @@ def db_statefulset(lab: Any, ns: str, tmp: Path) -> None:
 
 
 def db0(lab: Any, ns: str) -> dict | None:
-    out = lab.kubectl("get", "pods", "-n", ns, "-l", "app=db", "-o", "json")
-    items = json.loads(out.stdout)["items"] if out.returncode == 0 else []
+    items = kjson(lab, "get", "pods", "-n", ns, "-l", "app=db")["items"]
     return items[0] if items else None
 
 
