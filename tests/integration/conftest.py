@@ -1,7 +1,7 @@
 """Fixtures of the integration tests that drive the lab's API server and the runner.
 
 * ``api``: the lab's admin ApiClient with every CRD under ``deploy/crds/`` installed (created, or
-  replaced when present) and Established -- once per lab;
+  replaced when present) and Established -- once per module;
 * ``namespace``: a fresh namespace for a runner (Leases, status ConfigMap); NodeFences deleted after;
 * ``runners``: the :class:`~runner_harness.Runner` objects a test starts; those still alive are
   stopped after it;
@@ -25,9 +25,10 @@ from kubernetes.client.exceptions import ApiException
 from runner_harness import CRD_DIR, Runner, delete_nodefences
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def api(lab_kube: Any) -> client.ApiClient:
-    """The lab's admin ApiClient, with every CRD under deploy/crds/ installed and Established."""
+    """The lab's admin ApiClient, with every CRD under deploy/crds/ installed and Established (per
+    module: a module may delete them, as test_deploy.py's teardown does with the kustomization)."""
     api_client = lab_kube.api_client()
     ext = client.ApiextensionsV1Api(api_client)
     names = []

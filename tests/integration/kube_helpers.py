@@ -26,21 +26,22 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: 
     raise AssertionError(f"timed out after {timeout} s waiting for {what}; last: {last!r}")
 
 
-#: kubectl resource name -> (API prefix, plural, namespaced), for the reads :func:`kjson` serves itself
+#: kubectl resource name -> (API class, read, list namespaced, list cluster-wide) of the kubernetes
+#: client, for the reads :func:`kjson` serves itself
 _RESOURCES = {
-    "node": ("/api/v1", "nodes", False),
-    "nodes": ("/api/v1", "nodes", False),
-    "pod": ("/api/v1", "pods", True),
-    "pods": ("/api/v1", "pods", True),
-    "pdb": ("/apis/policy/v1", "poddisruptionbudgets", True),
-    "volumeattachments": ("/apis/storage.k8s.io/v1", "volumeattachments", False),
+    "node": ("CoreV1Api", "read_node", None, "list_node"),
+    "pod": ("CoreV1Api", "read_namespaced_pod", "list_namespaced_pod", "list_pod_for_all_namespaces"),
+    "pdb": ("PolicyV1Api", "read_namespaced_pod_disruption_budget", None, None),
+    "volumeattachment": ("StorageV1Api", "read_volume_attachment", None, "list_volume_attachment"),
 }
-_FLAGS = {"-n": "namespace", "-l": "labelSelector", "--field-selector": "fieldSelector"}
+_FLAGS = {"-n": "namespace", "-l": "label_selector", "--field-selector": "field_selector"}
 
 
-def _rest_path(args: tuple[str, ...]) -> tuple[str, list[tuple[str, str]]] | None:
-    """The API path and query of ``kubectl get KIND [NAME] [-n NS] [-A] [-l SEL] [--field-selector
-    SEL]`` or ``kubectl version``; None for anything else."""
+def _api_read(api_client: Any, args: tuple[str, ...]) -> Any:
+    """The response (not decoded) of ``kubectl get KIND [NAME] [-n NS] [-A] [-l SEL]
+    [--field-selector SEL]`` or ``kubectl version`` through ``api_client``; None for anything else."""
+    from kubernetes import client
+
     words: list[str] = []
     opts: dict[str, str] = {}
     it = iter(args)
@@ -53,19 +54,25 @@ def _rest_path(args: tuple[str, ...]) -> tuple[str, list[tuple[str, str]]] | Non
             return None
         else:
             words.append(arg)
+    call = {"_preload_content": False, "_request_timeout": 30}
     if words == ["version"] and not opts:
-        return "/version", []
-    if len(words) not in (2, 3) or words[0] != "get" or words[1] not in _RESOURCES:
+        return client.VersionApi(api_client).get_code(**call)
+    if len(words) not in (2, 3) or words[0] != "get" or words[1].rstrip("s") not in _RESOURCES:
         return None
-    prefix, plural, namespaced = _RESOURCES[words[1]]
+    cls, read, list_ns, list_all = _RESOURCES[words[1].rstrip("s")]
+    api = getattr(client, cls)(api_client)
     ns = opts.pop("namespace", None)
-    opts.pop("all", None)
-    path = f"{prefix}/namespaces/{ns}/{plural}" if namespaced and ns else f"{prefix}/{plural}"
-    if namespaced and len(words) == 3 and not ns:
-        path = f"{prefix}/namespaces/default/{plural}"
+    everywhere = opts.pop("all", None)
     if len(words) == 3:
-        path += f"/{words[2]}"
-    return path, sorted(opts.items())
+        if opts:
+            return None
+        namespaced = ("namespaced" in read) and [ns or "default"] or []
+        return getattr(api, read)(words[2], *namespaced, **call)
+    if ns and not everywhere and list_ns:
+        return getattr(api, list_ns)(ns, **opts, **call)
+    if list_all and (everywhere or list_ns is None):
+        return getattr(api, list_all)(**opts, **call)
+    return None
 
 
 def kjson(lab: Any, *args: str) -> dict:
@@ -74,34 +81,17 @@ def kjson(lab: Any, *args: str) -> dict:
     Reads of the kinds in ``_RESOURCES`` (and ``version``) go through the lab's API client, since
     tests poll them in loops and a kubectl process per poll costs CPU the peers need; anything else
     runs the lab's kubectl."""
-    rest = _rest_path(args)
-    if rest is None:
-        out = lab.kubectl(*args, "-o", "json")
-        assert out.returncode == 0, out.stderr
-        return json.loads(out.stdout)
     from kubernetes.client.exceptions import ApiException
 
-    path, query = rest
     try:
-        return lab.api_client().call_api(
-            path,
-            "GET",
-            query_params=query,
-            response_type="object",
-            auth_settings=["BearerToken"],
-            _return_http_data_only=True,
-            _request_timeout=30,
-        )
+        resp = _api_read(lab.api_client(), args)
     except ApiException as exc:
-        raise AssertionError(f"GET {path} {query}: {exc.status} {exc.reason}: {exc.body}") from exc
-
-
-def apply(lab: Any, tmp: Path, *docs: dict) -> None:
-    """``kubectl apply`` of ``docs`` (one v1 List written under ``tmp``); fails the test on an error."""
-    path = tmp / f"m-{uuid.uuid4().hex[:6]}.json"
-    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": list(docs)}))
-    out = lab.kubectl("apply", "-f", str(path))
+        raise AssertionError(f"kubectl {' '.join(args)}: {exc.status} {exc.reason}: {exc.body}") from exc
+    if resp is not None:
+        return json.loads(resp.data)
+    out = lab.kubectl(*args, "-o", "json")
     assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
 
 
 @contextmanager

@@ -32,16 +32,16 @@ ANN = "startup-monitor.static-pods.openshift.io/"
 
 
 def free_port() -> int:
-    """A free TCP port on 127.0.0.1 in this worker's range, +500..+599 (past the lab's layout)."""
+    """A free TCP port on 127.0.0.1 in this worker's range, +580..+599 (past every lab's)."""
     for _ in range(200):
-        port = worker_port_base() + random.randint(500, 599)
+        port = worker_port_base() + random.randint(580, 599)
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
         return port
-    raise RuntimeError(f"no free port in {worker_port_base() + 500}-{worker_port_base() + 599}")
+    raise RuntimeError(f"no free port in {worker_port_base() + 580}-{worker_port_base() + 599}")
 
 
 def run_module(collections_path: Path, module: str, args: dict, timeout: float = 600) -> dict:
