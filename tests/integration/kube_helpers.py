@@ -39,7 +39,7 @@ _FLAGS = {"-n": "namespace", "-l": "label_selector", "--field-selector": "field_
 
 def _api_read(api_client: Any, args: tuple[str, ...]) -> Any:
     """The response (not decoded) of ``kubectl get KIND [NAME] [-n NS] [-A] [-l SEL]
-    [--field-selector SEL]`` or ``kubectl version`` through ``api_client``; None for anything else."""
+    [--field-selector SEL]`` through ``api_client``; None for anything else."""
     from kubernetes import client
 
     words: list[str] = []
@@ -55,8 +55,6 @@ def _api_read(api_client: Any, args: tuple[str, ...]) -> Any:
         else:
             words.append(arg)
     call = {"_preload_content": False, "_request_timeout": 30}
-    if words == ["version"] and not opts:
-        return client.VersionApi(api_client).get_code(**call)
     if len(words) not in (2, 3) or words[0] != "get" or words[1].rstrip("s") not in _RESOURCES:
         return None
     cls, read, list_ns, list_all = _RESOURCES[words[1].rstrip("s")]
@@ -78,7 +76,7 @@ def _api_read(api_client: Any, args: tuple[str, ...]) -> Any:
 def kjson(lab: Any, *args: str) -> dict:
     """``kubectl <args> -o json``, decoded; fails the test on an error.
 
-    Reads of the kinds in ``_RESOURCES`` (and ``version``) go through the lab's API client, since
+    Reads of the kinds in ``_RESOURCES`` go through the lab's API client, since
     tests poll them in loops and a kubectl process per poll costs CPU the peers need; anything else
     runs the lab's kubectl."""
     from kubernetes.client.exceptions import ApiException
@@ -92,6 +90,14 @@ def kjson(lab: Any, *args: str) -> dict:
     out = lab.kubectl(*args, "-o", "json")
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
+
+
+def apply(lab: Any, tmp: Path, *docs: dict) -> None:
+    """``kubectl apply`` of ``docs`` (one v1 List written under ``tmp``); fails the test on an error."""
+    path = tmp / f"m-{uuid.uuid4().hex[:6]}.json"
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": list(docs)}))
+    out = lab.kubectl("apply", "-f", str(path))
+    assert out.returncode == 0, out.stderr
 
 
 @contextmanager
