@@ -25,6 +25,31 @@ from kubernetes.client.exceptions import ApiException
 from runner_harness import CRD_DIR, Runner, delete_nodefences
 
 
+def _install(ext: client.ApiextensionsV1Api, body: dict, source: str) -> bool:
+    """Create the CRD ``body``, or replace the one there; False while one of the same name is
+    still being deleted (a module's teardown may delete the CRDs without waiting)."""
+    name = body["metadata"]["name"]
+    try:
+        ext.create_custom_resource_definition(body)
+        return True
+    except ApiException as exc:
+        if exc.status != 409:
+            raise AssertionError(f"{source} rejected by the API server: {exc.body}") from exc
+    try:
+        current = ext.read_custom_resource_definition(name)
+        if current.metadata.deletion_timestamp is not None:
+            return False
+        ext.replace_custom_resource_definition(
+            name,
+            {**body, "metadata": {**body["metadata"], "resourceVersion": current.metadata.resource_version}},
+        )
+    except ApiException as exc:
+        if exc.status in (404, 409):  # gone or changed meanwhile: try again
+            return False
+        raise AssertionError(f"{source} rejected by the API server: {exc.body}") from exc
+    return True
+
+
 @pytest.fixture(scope="module")
 def api(lab_kube: Any) -> client.ApiClient:
     """The lab's admin ApiClient, with every CRD under deploy/crds/ installed and Established (per
@@ -34,17 +59,8 @@ def api(lab_kube: Any) -> client.ApiClient:
     names = []
     for path in sorted(CRD_DIR.glob("*.yaml")):
         body = yaml.safe_load(path.read_text())
-        name = body["metadata"]["name"]
-        names.append(name)
-        try:
-            ext.create_custom_resource_definition(body)
-        except ApiException as exc:
-            if exc.status != 409:
-                raise AssertionError(f"{path.name} rejected by the API server: {exc.body}") from exc
-            body["metadata"]["resourceVersion"] = ext.read_custom_resource_definition(
-                name
-            ).metadata.resource_version
-            ext.replace_custom_resource_definition(name, body)
+        names.append(body["metadata"]["name"])
+        wait_for(lambda body=body, path=path: _install(ext, body, path.name), 120, f"{path.name} installed")
 
     def established(name: str) -> bool:
         conds = {
