@@ -75,9 +75,11 @@ def api(lab_kube: Any) -> client.ApiClient:
 
 @pytest.fixture
 def namespace(api: client.ApiClient) -> Iterator[str]:
-    """A fresh namespace for the runner (Leases, status ConfigMap); NodeFences deleted after."""
+    """A fresh namespace for the runner (Leases, status ConfigMap); NodeFences (cluster-scoped)
+    deleted before and after."""
     name = f"nr-{uuid.uuid4().hex[:8]}"
     core = client.CoreV1Api(api)
+    delete_nodefences(api)
     core.create_namespace({"metadata": {"name": name}})
     yield name
     delete_nodefences(api)

@@ -26,7 +26,7 @@ import pytest
 from kube_helpers import apply, kjson, prefer_node, statefulset, wait_for
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-from runner_harness import Runner
+from runner_harness import Runner, delete_nodefences
 
 from noderemedy_runner.executor import Executor, private_dir_name
 from noderemedy_runner.kubeio import NODEFENCE as NF_CRD
@@ -116,6 +116,7 @@ def fence_ns(lab_kube: Any, api: client.ApiClient) -> Iterator[FenceNamespace]:
         )
         ns.standard(node)
     yield ns
+    delete_nodefences(api)  # the next module on this lab starts without them
     core.delete_namespace(name)
 
 
