@@ -13,8 +13,8 @@ ClusterLabs fence agent users would otherwise run:
 for "off, verified" (from on; the device is switched back on, untimed, between samples) and for
 "status". Each figure is the median of ``--samples`` (>= 5) wall-clock runs after one untimed
 warm-up round; ours and the anchor run in turn within each round, so both see the same load. Writes ``bench/results/fencing.json`` (one entry per case: ``case``, ``ours_s``,
-``anchor``, ``anchor_s``, ``ratio`` = ours / anchor, plus ``target`` where the issue sets one) and
-prints a table. Targets (issue 3), set on the off+verified cases: library <= 0.5 x the agent
+``anchor``, ``anchor_s``, ``ratio`` = ours / anchor, plus ``target`` where one is set) and
+prints a table. Targets, set on the off+verified cases: library <= 0.5 x the agent
 (for IPMI ``fence_ipmilan --power-wait=0``); through ansible-playbook <= 1.0 x the agent with its
 defaults. ansible-playbook's own start-up (about 1 s here, measured by the status cases) is more
 than ``fence_apc_snmp`` / ``fence_ifmib`` need for a whole fence, so those two playbook targets

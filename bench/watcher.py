@@ -138,7 +138,7 @@ class Observer:
                         on_event(ev["object"])
                     if self.stop.is_set():
                         return
-            except Exception as exc:  # noqa: BLE001 - relist
+            except Exception as exc:  # relist
                 print(f"bench watch: {exc}; relisting", file=sys.stderr)
                 time.sleep(0.5)
 
@@ -431,7 +431,7 @@ def main() -> int:
             cfg = tmpdir / "remedy.yaml"
             cfg.write_text(CONFIG)
             log_path = args.runner_log
-            log = open(log_path, "w")  # noqa: SIM115
+            log = open(log_path, "w")
             mode = (
                 ["--detect-only"]
                 if args.detect_only

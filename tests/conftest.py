@@ -28,10 +28,12 @@ def _collection_on_path() -> Path:
     base = ROOT / "tests" / "output" / "collections"
     link = base / "ansible_collections" / "noderemedy" / "core"
     if not link.is_symlink() or link.resolve() != ROOT:
+        # made under a temporary name and renamed over: pytest-xdist workers do this at once
         link.parent.mkdir(parents=True, exist_ok=True)
-        if link.is_symlink() or link.exists():
-            link.unlink()
-        link.symlink_to(ROOT)
+        tmp = link.with_name(f".core.{os.getpid()}")
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(ROOT)
+        os.replace(tmp, link)
     if str(base) not in sys.path:
         sys.path.insert(0, str(base))
     return base

@@ -2,7 +2,7 @@
 
 Each BMC gets its own directory ``<devices>/bmc/<node>/`` with ``lan.conf`` (rendered from
 ``data/lan.conf.in``), a fresh ``state/`` directory (``ipmi_sim -s``: users changed over IPMI persist
-there, lab reference pitfall 4) and the node directory read by the ``chassis_control`` hook
+there and would leak into the next run) and the node directory read by the ``chassis_control`` hook
 (``data/chassis_control.sh``): ``power`` (1 on, 0 off), ``power.log`` (``<epoch seconds> <0|1>`` per
 power set), ``events.log`` (reset/boot/identify requests and power-hook failures) and, when the lab
 has a power hook, the executable ``power_hook`` wrapper.
@@ -15,7 +15,7 @@ hook, so the wrapper bounds the lab's power hook with ``timeout``.
 
 Privileges: ipmi_sim grants a session the privilege level the client *requests* (it does not cap it
 at the user's limit from ``lan.conf``), so the USER account ``viewer`` is refused power control only
-in a session opened at USER level (``ipmitool -L USER``; lab reference pitfall 3).
+in a session opened at USER level (``ipmitool -L USER``).
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ Pending = list[tuple[Proc, Callable[[], bool], float]]
 POWER_HOOK_TIMEOUT = 10
 #: Seconds to wait for an ipmi_sim to listen.
 BMC_READY_TIMEOUT = 20.0
-#: The cipher suite every lab client must use (lab reference pitfall 1).
+#: The cipher suite every lab client must use: ipmi_sim refuses 15-17, suites 7/8 hang, 11/12 crash
+#: ipmitool, and without one clients probe for 10-14 s a call.
 CIPHER = 3
 
 _UNSAFE = set(" \t\r\n\"'\\$`")
@@ -160,7 +161,7 @@ def start_bmcs(
         require_port_free(port, component, "udp")
         run_dir = base / "bmc" / node
         if run_dir.exists():
-            shutil.rmtree(run_dir)  # a fresh state dir per run (pitfall 4)
+            shutil.rmtree(run_dir)  # a fresh state dir per run: users changed over IPMI persist there
         node_dir = run_dir / "node"
         (run_dir / "state").mkdir(parents=True)
         node_dir.mkdir()

@@ -172,16 +172,16 @@ def cmd_status(args: argparse.Namespace) -> int:
         bad += not ok
         print(f"{name:28s} {'running' if ok else 'DOWN'} (pid {row['pid']})")
     if "kube" in state:
-        from .kube import node_ready, probe_components
+        from .kube import _client, node_ready, probe_components
 
         cfg = LabConfig(workdir=workdir, nodes=len(state["nodes"]), port_base=state["port_base"])
         for name, health in probe_components(cfg, state["kube"]).items():
             bad += health != "ok"
             print(f"{name + ' health':28s} {health}")
         try:
-            for node, ready in node_ready(Path(state["kube"]["kubeconfig"]), state["nodes"]).items():
+            for node, ready in node_ready(_client(Path(state["kube"]["kubeconfig"])), state["nodes"]).items():
                 print(f"{'node ' + node:28s} Ready={ready}")
-        except Exception as exc:  # noqa: BLE001 - report, do not crash, when the apiserver is down
+        except Exception as exc:  # report, do not crash, when the apiserver is down
             bad += 1
             print(f"{'nodes':28s} cannot list: {exc.__class__.__name__}")
     return 1 if bad else 0

@@ -61,7 +61,7 @@ def start_devices(
 
         ``power_log`` has one line ``<epoch seconds> <0|1>`` per power set. Export
         ``snmp_persistent_dir`` as ``SNMP_PERSISTENT_DIR`` for net-snmp tools and fence agents
-        (lab reference pitfall 16). The ``viewer`` account is refused power control only in a
+        (else they write under /var/lib/snmp). The ``viewer`` account is refused power control only in a
         session opened at USER level (see :mod:`noderemedy_lab.bmc`).
 
     Raises:

@@ -12,7 +12,6 @@ stage (Ready != True) sets it Ready again.
 
 from __future__ import annotations
 
-import functools
 import ssl
 import urllib.request
 from importlib import resources
@@ -50,12 +49,12 @@ def node_stages() -> list[dict]:
 def _https_ok(url: str, pki_dir: Path) -> bool:
     ctx = ssl.create_default_context(cafile=str(pki_dir / "ca.crt"))
     ctx.load_cert_chain(str(pki_dir / "admin.crt"), str(pki_dir / "admin.key"))
-    with urllib.request.urlopen(url, context=ctx, timeout=2) as resp:  # noqa: S310 (lab https on loopback)
+    with urllib.request.urlopen(url, context=ctx, timeout=2) as resp:  # lab https on loopback
         return resp.status == 200
 
 
 def _http_ok(url: str) -> bool:
-    with urllib.request.urlopen(url, timeout=2) as resp:  # noqa: S310
+    with urllib.request.urlopen(url, timeout=2) as resp:
         return resp.status == 200
 
 
@@ -233,16 +232,10 @@ def start_kube(sup: Supervisor, cfg: LabConfig, binaries: dict[str, Path], node_
 
 
 def _client(kubeconfig: Path):
-    """One ApiClient per kubeconfig file version for the process (the lab's waits poll several
-    times a second; a lab started again rewrites the file, and gets a new client)."""
-    return _cached_client(str(kubeconfig), Path(kubeconfig).stat().st_mtime_ns)
-
-
-@functools.lru_cache(maxsize=8)
-def _cached_client(kubeconfig: str, _mtime_ns: int):
+    """A new ``kubernetes.client.ApiClient`` for ``kubeconfig``."""
     from kubernetes import config as kconfig
 
-    return kconfig.new_client_from_config(kubeconfig)
+    return kconfig.new_client_from_config(str(kubeconfig))
 
 
 def _create_nodes(kubeconfig: Path, names: list[str]) -> None:
@@ -260,12 +253,13 @@ def _create_nodes(kubeconfig: Path, names: list[str]) -> None:
                 ) from exc
 
 
-def node_ready(kubeconfig: Path, names: list[str]) -> dict[str, str]:
-    """Ready condition status ('True', 'False', 'Unknown', or 'missing') of each node in ``names``."""
+def node_ready(api_client, names: list[str]) -> dict[str, str]:
+    """Ready condition status ('True', 'False', 'Unknown', or 'missing') of each node in ``names``,
+    read with ``api_client`` (a ``kubernetes.client.ApiClient``)."""
     from kubernetes import client
 
-    api = client.CoreV1Api(_client(kubeconfig))
-    found = {n.metadata.name: n for n in api.list_node(_request_timeout=(5, 30)).items}
+    api = client.CoreV1Api(api_client)
+    found = {n.metadata.name: n for n in api.list_node(_request_timeout=10).items}
     out = {}
     for name in names:
         node = found.get(name)
@@ -288,6 +282,6 @@ def probe_components(cfg: LabConfig, info: dict) -> dict[str, str]:
     for name, check in checks.items():
         try:
             out[name] = "ok" if check() else "unhealthy"
-        except Exception as exc:  # noqa: BLE001 - status reporting: any failure is "not ok"
+        except Exception as exc:  # status reporting: any failure is "not ok"
             out[name] = f"down ({exc.__class__.__name__})"
     return out

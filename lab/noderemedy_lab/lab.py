@@ -43,6 +43,7 @@ class Lab:
         self.kubeconfig: Path | None = None
         self.supervisor: Supervisor | None = None
         self._records: dict[str, dict] = {}
+        self._api = None
 
     # ------------------------------------------------------------------ lifecycle
     def start(self, progress: Callable[[str], None] | None = None, ready_timeout: float = 90.0) -> Lab:
@@ -88,6 +89,9 @@ class Lab:
 
     def stop(self) -> None:
         """Stop every process this lab started (reaping them) and mark ``lab.json`` stopped."""
+        if self._api is not None:
+            self._api.close()
+            self._api = None
         if self.supervisor is not None:
             self.supervisor.stop_all()
         if self.config.state_file.exists():
@@ -181,13 +185,62 @@ class Lab:
         """Restore ``node``'s power through its real BMC (``ipmitool chassis power on``)."""
         self._power(node, "on")
 
+    def api_client(self):
+        """The lab's admin ``kubernetes.client.ApiClient``, built once and reused (polls go through
+        it rather than a client or a kubectl process per request)."""
+        if self.kubeconfig is None:
+            raise ComponentError("kube", "this lab was started without Kubernetes")
+        if self._api is None:
+            from kubernetes import config as kconfig
+
+            self._api = kconfig.new_client_from_config(str(self.kubeconfig))
+        return self._api
+
     def node_ready(self, names: list[str] | None = None) -> dict[str, str]:
         """Ready condition status of each node: 'True', 'False', 'Unknown' or 'missing'."""
         from .kube import node_ready
 
-        if self.kubeconfig is None:
-            raise ComponentError("kube", "this lab was started without Kubernetes")
-        return node_ready(self.kubeconfig, names or self.info["nodes"])
+        return node_ready(self.api_client(), names or self.info["nodes"])
+
+    def mark_unreachable(self, node: str, timeout: float = 30.0) -> None:
+        """Write what the node lifecycle controller writes once a node's heartbeats stop, without
+        waiting its grace period: Ready ``Unknown``, reason ``NodeStatusUnknown`` (status
+        subresource, read-modify-write on ``resourceVersion``).
+
+        For tests where the node lifecycle controller is not what is tested. The node must be powered
+        off first (:meth:`power_off`): its power label is then ``off``, so kwok no longer heartbeats
+        it and nothing turns it Ready again; the controller itself later finds the Lease expired and
+        leaves the condition as it is (already Unknown, same transition time) and taints the node
+        unreachable, as on the real path. ComponentError if the label is not ``off`` within
+        ``timeout`` seconds.
+        """
+        from datetime import UTC, datetime
+
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        api = client.CoreV1Api(self.api_client())
+        deadline = time.monotonic() + timeout
+        while True:
+            obj = api.read_node_status(node, _request_timeout=10)
+            if (obj.metadata.labels or {}).get(POWER_LABEL) == "off":
+                break
+            if time.monotonic() > deadline:
+                raise ComponentError("kube", f"node {node}: power label not 'off' after {timeout:.0f} s")
+            time.sleep(0.25)
+        now = datetime.now(UTC)
+        while True:
+            for cond in obj.status.conditions or []:
+                if cond.type == "Ready" and cond.status != "Unknown":
+                    cond.status, cond.reason = "Unknown", "NodeStatusUnknown"
+                    cond.message, cond.last_transition_time = "Kubelet stopped posting node status.", now
+            try:
+                api.replace_node_status(node, obj, _request_timeout=10)
+                return
+            except ApiException as exc:
+                if exc.status != 409 or time.monotonic() > deadline:
+                    raise
+            obj = api.read_node_status(node, _request_timeout=10)
 
     def wait_nodes(self, names: list[str], ready: str | set[str], timeout: float) -> dict[str, str]:
         """Poll until every node's Ready status is in ``ready`` ('True', or {'False', 'Unknown'});

@@ -1,6 +1,6 @@
 """Process supervision for the lab: start peers as our own children, wait on them, stop them by PID.
 
-PID 1 on the machines this runs on does not reap orphans (lab reference, pitfall 18), so every peer
+PID 1 on the machines this runs on (containers) may not reap orphans, so every peer
 is started with :class:`subprocess.Popen` by the process that will later ``wait()`` on it: the
 pytest session, or the CLI's detached supervisor. Nothing is ever killed by name; a process is
 signalled only through its own ``Popen`` handle or, from ``noderemedy-lab down``, through a PID

@@ -6,6 +6,18 @@ Environment:
     NODEREMEDY_LAB_KUBE=0     start the devices only (no control plane): for fencing-only runs
     NODEREMEDY_LAB_NODES      number of nodes (default 3)
 
+Under pytest-xdist each worker is its own session with its own lab: worker ``gwN`` takes the port
+base ``NODEREMEDY_LAB_PORT_BASE + 600 * N`` (:func:`worker_port_base`) and a workdir under its own
+``tmp_path_factory`` base, so the labs of parallel workers share nothing. Within a worker's
+range (``worker_port_base() + offset``): the session lab +0..+14 and +100..+(100 + nodes);
+tests/integration/test_lab_cli.py's labs +200..+294 and +300..+381; test_lab_devices.py's
++420..+474 and +520..+560; free ports picked by tests +580..+599. Tests that share a lab's
+state run in one worker (``./dev test`` distributes by file, ``--dist loadfile``).
+
+The test lab's node monitor grace period is :data:`TEST_GRACE_PERIOD` (the demo's lab keeps the
+default, 20 s): tests wait for the real node lifecycle controller, and a shorter period is a shorter
+wait with the same path.
+
 The lab is started lazily, the first time a test asks for ``lab``, and stopped at the end of the
 session; teardown checks that every process it started is gone. A failure to start is an error
 of the tests that need it (never a skip): the machine is expected to run every real peer.
@@ -22,15 +34,49 @@ from .config import LabConfig
 from .lab import Lab
 from .procs import proc_start_time
 
+#: Ports each pytest-xdist worker's lab may use, from its base (the layout of
+#: :mod:`noderemedy_lab.config` takes the first 100 + nodes).
+WORKER_PORT_STRIDE = 600
+
+#: ``--node-monitor-grace-period`` of the test lab, in seconds: four of kwok's node Lease renewals fit
+#: in it (kwok renews every quarter of the Lease duration, :attr:`LabConfig.node_lease_seconds`, 10 s).
+TEST_GRACE_PERIOD = 10
+
+
+def worker_index() -> int:
+    """This pytest-xdist worker's index (``gw3`` -> 3), 0 without xdist."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    return int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
+
+
+def worker_port_base() -> int:
+    """First port of this worker's range: ``NODEREMEDY_LAB_PORT_BASE`` (default 24000) plus
+    :data:`WORKER_PORT_STRIDE` per worker index."""
+    return int(os.environ.get("NODEREMEDY_LAB_PORT_BASE", "24000")) + WORKER_PORT_STRIDE * worker_index()
+
 
 def lab_config(workdir) -> LabConfig:
     """The test lab's configuration from the environment (see module docstring)."""
     return LabConfig(
         workdir=workdir,
         nodes=int(os.environ.get("NODEREMEDY_LAB_NODES", "3")),
-        port_base=int(os.environ.get("NODEREMEDY_LAB_PORT_BASE", "24000")),
+        port_base=worker_port_base(),
         kube=os.environ.get("NODEREMEDY_LAB_KUBE", "1") != "0",
+        node_monitor_grace_period=TEST_GRACE_PERIOD,
     )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test by the lab it needs, from the fixtures it uses (directly or through other
+    fixtures): ``lab`` for the ``lab`` fixture, ``lab`` and ``kube`` for ``lab_kube``; so that
+    ``-m "not lab"`` selects exactly the tests that need no peer of the session's lab. (Tests that
+    start peers of their own carry ``pytestmark = pytest.mark.lab`` themselves.)"""
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        if "lab" in names or "lab_kube" in names:
+            item.add_marker(pytest.mark.lab)
+        if "lab_kube" in names:
+            item.add_marker(pytest.mark.kube)
 
 
 @pytest.fixture(scope="session")

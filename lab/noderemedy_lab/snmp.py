@@ -1,6 +1,7 @@
 """The lab's SNMP peers: Net-SNMP ``snmpd`` with a stateful ``pass_persist`` backend, and snmpsim.
 
-``snmpd`` plays the devices whose status follows their control (lab reference pitfall 13):
+``snmpd`` plays the devices whose status follows their control (snmpsim's ``writecache`` cannot
+link a status OID to a control OID):
 
 * ``apc-rpdu``: APC rack PDU (PowerNet-MIB rPDUOutletControl/Status, sysObjectID .318.1.3.4.5);
 * ``fc``: FC switch (IF-MIB ifAdminStatus with ifOperStatus following it, FIBRE-CHANNEL-FE-MIB).
@@ -14,10 +15,10 @@ snmpsim (``writecache`` variation: a SET is remembered and read back, status OID
 Every peer answers SNMP v1/v2c with a per-run random read-write community (snmpd peers also a
 read-only one) and SNMPv3 authPriv (SHA/AES) for a user with per-run random keys.
 
-snmpsim quirks handled here (lab reference pitfalls 10-12): the community is the data file's name;
+snmpsim quirks handled here: the community is the data file's name;
 v3 with an empty context reads ``self.snmprec`` (a hard link); options after ``--v3-engine-id``
 belong to that engine; as root it must drop privileges (``--process-user``), after which its venv,
-data and cache must be reachable by that user. snmpd quirks (pitfalls 14-16): ``-C -c conf -m ''``,
+data and cache must be reachable by that user. snmpd quirks: ``-C -c conf -m ''``,
 ``-I -smux,ifTable,ifXTable,ifStackTable,interfaces``, the listen address only in the conf, and
 ``SNMP_PERSISTENT_DIR`` per peer.
 """
@@ -44,7 +45,7 @@ from .config import LabConfig
 from .procs import ComponentError, Supervisor, require_binary, require_port_free, udp_listening
 
 #: What the snmpsim venv gets (versions verified in the lab reference). pysmi is a dependency
-#: snmpsim forgets to declare; cryptography gives it SNMPv3 privacy (pitfall 12).
+#: snmpsim forgets to declare; cryptography gives it SNMPv3 privacy.
 SIMVENV_REQUIREMENTS = ["snmpsim==1.2.2", "pysmi==2.0.0", "pysnmp==7.1.30", "cryptography"]
 #: Seconds allowed for creating the snmpsim venv and installing into it.
 SIMVENV_TIMEOUT = 600
@@ -90,7 +91,7 @@ def ensure_simvenv() -> Path:
     ``.noderemedy-complete`` holding :data:`SIMVENV_REQUIREMENTS` is written last, so an
     interrupted install is redone. Concurrent callers serialise on ``<venv>.lock``. Files are
     created world-readable (umask 022) so that snmpsim can still import after dropping to
-    ``nobody`` (pitfall 10) when the cache directory is itself reachable by ``nobody``.
+    ``nobody`` when the cache directory is itself reachable by ``nobody``.
 
     Returns:
         The venv directory; ``bin/snmpsim-command-responder`` is in it.
@@ -256,7 +257,7 @@ def write_snmprec(data_dir: Path, community: str, records: list[tuple[str, str, 
     """Write ``data_dir/<community>.snmprec`` and hard-link it as ``self.snmprec`` (v3, empty context).
 
     snmpsim serves a v1/v2c request from the data file named like the community, and a v3 request
-    with an empty context name from ``self.snmprec``; a symlink would be deduplicated (pitfall 12).
+    with an empty context name from ``self.snmprec``; a symlink would be deduplicated.
     """
     data_dir.mkdir(parents=True, exist_ok=True)
     path = data_dir / f"{community}.snmprec"
@@ -427,7 +428,7 @@ def start_snmpsim(
 
     With ``pending``, the wait until it listens is deferred (see :func:`noderemedy_lab.bmc.wait_or_defer`).
 
-    As root, snmpsim drops to ``nobody`` (pitfall 10) when ``nobody`` can reach its venv and data
+    As root, snmpsim drops to ``nobody`` when ``nobody`` can reach its venv and data
     directory; the cache directory is then chowned to ``nobody``. When one of them lies under a
     directory closed to others (``/root``, pytest's ``/tmp/pytest-of-root``), it keeps running as
     root through snmpsim's own ``SNMPSIM_ALLOW_ROOT=true`` switch (snmpsim.daemon.PrivilegesOf);
@@ -472,7 +473,7 @@ def start_snmpsim(
             )
     (run / "mode.txt").write_text(note + "\n")
     v3 = ep["v3"]
-    # per-engine options must come after --v3-engine-id (pitfall 11)
+    # options after --v3-engine-id belong to that engine: the engine's own come after it
     argv = [
         str(responder),
         f"--cache-dir={cache}",

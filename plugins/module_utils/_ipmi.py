@@ -18,7 +18,7 @@ fallback; after login the negotiated suite and the IPMI version are checked, so 
 RMCP+ with the requested suite or the call fails. The privilege level is pyghmi's ``privlevel``
 argument (explicit, so pyghmi's silent admin -> operator downgrade is off).
 
-Pitfalls handled (lab reference): credentials are passed as bytes (pyghmi's session cache never
+Pitfalls handled: credentials are passed as bytes (pyghmi's session cache never
 matches str credentials and the second session for a BMC hangs); every session is logged out
 (BMCs have few session slots); pyghmi's ``set_power(wait=True)`` polls once a second, the base
 driver polls every ``poll_interval`` seconds instead; and a lost wake-up in pyghmi's I/O loop (a
@@ -209,7 +209,7 @@ class IpmiDriver(FenceDriver):
         ipaddr: BMC address; ipport: UDP port (623).
         username / password: BMC credentials (sent as bytes; never logged or returned).
         cipher: RMCP+ cipher suite, 3 (default, as ``fence_ipmilan --cipher=3``) or 17.
-            0 (no authentication) is refused: a BMC accepts any password on it (lab pitfall 2).
+            0 (no authentication) is refused: a BMC accepts any password on it.
         privlvl: ``callback``, ``user``, ``operator`` or ``administrator`` (fence_ipmilan ``-L``).
         **fence: :class:`FenceDriver` options (power_timeout, power_wait, retry_on, poll_interval).
     Raises:
@@ -318,14 +318,14 @@ class IpmiDriver(FenceDriver):
                     port=self.ipport,
                     privlevel=PRIVILEGE_LEVELS[self.privlvl],
                 )
-            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            except BaseException as exc:  # handed to the caller
                 box["error"] = exc
                 sess = None
             with lock:
                 if box.get("abandoned") and sess is not None:
                     try:
                         sess.logout()
-                    except Exception:  # noqa: BLE001
+                    except Exception:
                         pass
                 box["session"] = sess
                 done.set()
@@ -346,13 +346,13 @@ class IpmiDriver(FenceDriver):
         return box["session"]
 
     def close(self) -> None:
-        """Log out (Close Session); never raises. BMCs have few session slots (lab pitfall 5)."""
+        """Log out (Close Session); never raises. BMCs have few session slots: leaked sessions lock every client out."""
         sess, self._session = self._session, None
         if sess is None:
             return
         try:
             sess.logout()
-        except Exception:  # noqa: BLE001 - a failed logout must not mask the result
+        except Exception:  # a failed logout must not mask the result
             pass
 
     def _command(self, command: int, data: list[int]) -> Any:

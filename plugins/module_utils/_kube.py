@@ -98,7 +98,6 @@ class KubeError(Exception):
             (connection refused, DNS, TLS), ``invalid`` (400/422 or a bad configuration),
             ``other``.
         status: the HTTP status code, if there was a response.
-        retry_after: seconds from a ``Retry-After`` header, if any.
         causes: the ``reason`` of each ``details.causes`` entry of the API's Status, e.g.
             ``NamespaceTerminating``.
 
@@ -111,7 +110,6 @@ class KubeError(Exception):
         message: str,
         reason: str = "other",
         status: int | None = None,
-        retry_after: float | None = None,
         causes: tuple[str, ...] = (),
     ) -> None:
         if reason not in REASONS:
@@ -120,12 +118,7 @@ class KubeError(Exception):
         self.message = message
         self.reason = reason
         self.status = status
-        self.retry_after = retry_after
         self.causes = tuple(causes)
-
-    def to_dict(self) -> dict[str, Any]:
-        """``{"msg", "reason", "status"}`` for a module result."""
-        return {"msg": self.message, "reason": self.reason, "status": self.status}
 
 
 _STATUS_REASONS = {
@@ -184,18 +177,9 @@ def classify(exc: BaseException) -> KubeError:
                 reason = "unreachable"
             else:
                 reason = "other"
-        retry_after = None
-        headers = getattr(exc, "headers", None) or {}
-        try:
-            value = headers.get("Retry-After") if hasattr(headers, "get") else None
-            retry_after = float(value) if value is not None else None
-        except (TypeError, ValueError):
-            retry_after = None
         details = _status_body(exc).get("details") or {}
         causes = tuple(str(c.get("reason")) for c in details.get("causes") or [] if isinstance(c, dict))
-        return KubeError(
-            _api_message(exc), reason, status=status or None, retry_after=retry_after, causes=causes
-        )
+        return KubeError(_api_message(exc), reason, status=status or None, causes=causes)
     if HAS_KUBERNETES:
         timeouts: tuple[type[BaseException], ...] = (
             urllib3.exceptions.ReadTimeoutError,
@@ -236,7 +220,7 @@ def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     kwargs.setdefault("_request_timeout", REQUEST_TIMEOUT)
     try:
         return fn(*args, **kwargs)
-    except Exception as exc:  # noqa: BLE001 - classified right here
+    except Exception as exc:  # classified right here
         raise classify(exc) from exc
 
 
@@ -302,7 +286,7 @@ def build_configuration(params: dict[str, Any]) -> Any:
                 )
     except KubeError:
         raise
-    except Exception as exc:  # noqa: BLE001 - classified right here
+    except Exception as exc:  # classified right here
         raise classify(exc) from exc
     if auth["host"] is not None:
         cfg.host = auth["host"]
@@ -403,6 +387,6 @@ def request(
             raise kubernetes.client.exceptions.ApiException.from_response(
                 http_resp=response, body=data.decode("utf-8", "replace") if data else None, data=None
             )
-    except Exception as exc:  # noqa: BLE001 - classified right here
+    except Exception as exc:  # classified right here
         raise classify(exc) from exc
     return json.loads(data) if data else None

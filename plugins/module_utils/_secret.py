@@ -55,7 +55,7 @@ def decode_secret_data(raw: Mapping[str, Any], keys: Iterable[str] | None, where
         KubeError: ``invalid`` for a missing key (naming the keys that exist) or a value that is not
             base64 of UTF-8 text (naming the key, never the value).
     """
-    from ansible_collections.noderemedy.core.plugins.module_utils._kube import KubeError  # noqa: PLC0415
+    from ansible_collections.noderemedy.core.plugins.module_utils._kube import KubeError
 
     raw = raw or {}
     out: dict[str, str] = {}
@@ -79,7 +79,7 @@ def read_secret(client: Any, name: str, namespace: str, keys: Iterable[str] | No
         KubeError: ``not_found`` naming the Secret; ``invalid`` (see :func:`decode_secret_data`);
             any other class from ``_kube.classify`` (forbidden, unreachable, timeout, ...).
     """
-    from ansible_collections.noderemedy.core.plugins.module_utils._kube import (  # noqa: PLC0415
+    from ansible_collections.noderemedy.core.plugins.module_utils._kube import (
         KubeError,
         request,
     )
@@ -100,9 +100,9 @@ def kube_auth_from_env(kubeconfig: Any = None, context: str | None = None) -> di
     other option (and those two when not given) from its ``K8S_AUTH_*`` environment variable, as
     the modules with the ``kube_auth`` options read them; with none, in-cluster or the default
     kubeconfig (``_kube.build_configuration``)."""
-    from ansible.module_utils.parsing.convert_bool import boolean  # noqa: PLC0415
+    from ansible.module_utils.parsing.convert_bool import boolean
 
-    from ansible_collections.noderemedy.core.plugins.module_utils._kube import (  # noqa: PLC0415
+    from ansible_collections.noderemedy.core.plugins.module_utils._kube import (
         KUBE_AUTH_ARGSPEC,
     )
 
@@ -145,7 +145,7 @@ def apply_credentials_secret(module: Any, keymap: Mapping[str, str], fence: Mapp
     ref = module.params.get("credentials_secret")
     if not ref:
         return
-    from ansible_collections.noderemedy.core.plugins.module_utils._kube import (  # noqa: PLC0415
+    from ansible_collections.noderemedy.core.plugins.module_utils._kube import (
         KubeError,
         get_api_client,
     )

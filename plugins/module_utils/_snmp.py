@@ -183,7 +183,7 @@ class _EnginePool:
     def _close_engine(engine: Any) -> None:
         try:
             engine.close_dispatcher()
-        except Exception:  # noqa: BLE001
+        except Exception:
             pass
 
     def close_all(self) -> None:
@@ -202,7 +202,7 @@ class _EnginePool:
                 if pending:
                     loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
                 loop.close()
-            except Exception:  # noqa: BLE001
+            except Exception:
                 pass
 
 
@@ -342,7 +342,7 @@ class SnmpClient:
                 self._transport = await hlapi.UdpTransportTarget.create(
                     (self.ipaddr, self.ipport), timeout=self.timeout, retries=self.retries
                 )
-            except Exception as exc:  # noqa: BLE001 - name resolution / socket errors
+            except Exception as exc:  # name resolution / socket errors
                 raise UnreachableError(f"cannot reach the SNMP agent: {exc}", self.target) from None
 
     def close(self) -> None:

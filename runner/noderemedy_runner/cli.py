@@ -30,6 +30,7 @@ from noderemedy_runner import config as cfgmod
 from noderemedy_runner.actions import PLAYBOOKS
 from noderemedy_runner.logs import setup as setup_logs
 from noderemedy_runner.metrics import Health, Metrics, MetricsServer, parse_addr
+from noderemedy_runner.nodefence import NodeFencePolicy
 
 log = logging.getLogger("noderemedy_runner.cli")
 
@@ -60,6 +61,10 @@ what it writes: NodeFence objects, their status, Leases (leader election and one
 remediation) and the ConfigMap noderemedy-status in --namespace, Events. Metrics, /healthz and
 /readyz are served on --metrics-addr. See docs/operations.md.
 """
+
+
+#: The NodeFence machine's defaults (docs/state-machines.md), the defaults of its flags.
+_POLICY = NodeFencePolicy()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -97,10 +102,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="parse --config, print what it means, and exit (0 valid, 2 invalid); needs no cluster "
         "for a file",
     )
-    det.add_argument(
+    only = det.add_mutually_exclusive_group()
+    only.add_argument(
         "--detect-only",
         action="store_true",
         help="create/cancel NodeFences but run no playbooks (another process reconciles them)",
+    )
+    only.add_argument(
+        "--reconcile-only",
+        action="store_true",
+        help="reconcile NodeFence and Metal3Remediation objects but create none (another process, "
+        "e.g. a node health check, creates them)",
     )
     act = p.add_argument_group("remediation")
     act.add_argument(
@@ -132,6 +144,57 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="extra wait of the NodeFence machine, counted from the node turning NotReady, before "
         "its first step (default %(default)s: the Configuration's period already applied)",
+    )
+    act.add_argument(
+        "--step-retries",
+        type=int,
+        default=_POLICY.step_retries,
+        metavar="N",
+        help="extra attempts of a failed fence step before the NodeFence goes to Error (default %(default)s)",
+    )
+    act.add_argument(
+        "--retry-delay",
+        type=float,
+        default=_POLICY.retry_delay_seconds,
+        metavar="SECONDS",
+        help="wait before a step's next attempt (default %(default)s)",
+    )
+    act.add_argument(
+        "--max-restarts",
+        type=int,
+        default=_POLICY.max_restarts,
+        metavar="N",
+        help="restarts of a NodeFence's whole flow from Error (default %(default)s)",
+    )
+    act.add_argument(
+        "--restart-delay",
+        type=float,
+        default=_POLICY.restart_delay_seconds,
+        metavar="SECONDS",
+        help="wait in Error before a restart (default %(default)s)",
+    )
+    act.add_argument(
+        "--recovery-timeout",
+        type=float,
+        default=_POLICY.recovery_timeout_seconds,
+        metavar="SECONDS",
+        help="how long a fenced node may stay NotReady after Recovery before the NodeFence goes to "
+        "Error (default %(default)s)",
+    )
+    act.add_argument(
+        "--poll-interval",
+        type=float,
+        default=0.5,
+        metavar="SECONDS",
+        help="how often NodeFence and Metal3Remediation objects are listed (default %(default)s)",
+    )
+    act.add_argument(
+        "--run-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="an environment variable for every playbook run, never a secret (repeatable), "
+        "e.g. SNMP_PERSISTENT_DIR=/var/lib/snmp",
     )
     act.add_argument(
         "--data-dir",
@@ -211,8 +274,16 @@ def _positive(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         p.error(f"--run-deadline: {args.run_deadline} must be positive")
     if not 0 <= args.run_nice <= 19:
         p.error(f"--run-nice: {args.run_nice} must be 0..19 (an increase of niceness)")
-    if args.grace_seconds < 0:
-        p.error(f"--grace-seconds: {args.grace_seconds} must not be negative")
+    for flag in ("grace_seconds", "step_retries", "retry_delay", "max_restarts", "restart_delay"):
+        if getattr(args, flag) < 0:
+            p.error(f"--{flag.replace('_', '-')}: {getattr(args, flag)} must not be negative")
+    if args.recovery_timeout <= 0:
+        p.error(f"--recovery-timeout: {args.recovery_timeout} must be positive")
+    if args.poll_interval <= 0:
+        p.error(f"--poll-interval: {args.poll_interval} must be positive")
+    for item in args.run_env:
+        if "=" not in item or not item.split("=", 1)[0]:
+            p.error(f"--run-env: {item!r} is not NAME=VALUE")
     if args.playbook_dir is not None:
         missing = sorted({n for n in PLAYBOOKS.values() if not (args.playbook_dir / n).is_file()})
         if missing:
@@ -254,7 +325,7 @@ def describe(configs: cfgmod.ConfigurationSet) -> str:
 
 
 def _api_client(kubeconfig: Path | None) -> Any:
-    from noderemedy_runner.kube.client import new_client  # noqa: PLC0415 - heavy import
+    from noderemedy_runner.kube.client import new_client  # heavy import
 
     path = kubeconfig or (Path(os.environ["KUBECONFIG"]) if os.environ.get("KUBECONFIG") else None)
     api = new_client(path)
@@ -265,9 +336,9 @@ def _api_client(kubeconfig: Path | None) -> Any:
 
 def _label_selector(text: str) -> Any:
     """argparse type of ``--metal3-selector``: a metav1.LabelSelector in JSON."""
-    import json  # noqa: PLC0415 - only with the flag
+    import json  # only with the flag
 
-    from noderemedy_runner.metal3 import Metal3Error, parse_label_selector  # noqa: PLC0415
+    from noderemedy_runner.metal3 import Metal3Error, parse_label_selector
 
     try:
         return parse_label_selector(json.loads(text), "--metal3-selector")
@@ -287,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     if needs_api:
         try:
             api = _api_client(args.kubeconfig)
-        except Exception as exc:  # noqa: BLE001 - any client construction error is fatal here
+        except Exception as exc:  # any client construction error is fatal here
             print(f"noderemedy-runner: error: cannot build a Kubernetes client: {exc}", file=sys.stderr)
             return 1
     try:
@@ -334,18 +405,24 @@ def main(argv: list[str] | None = None) -> int:
         from noderemedy_runner.detector import Detector
 
         metrics.set_leader(True)
-        detector = Detector(
-            api, configs, namespace=args.namespace, identity=identity, dry_run=args.dry_run, metrics=metrics
-        )
+        detector = None
+        if not args.reconcile_only:
+            detector = Detector(
+                api,
+                configs,
+                namespace=args.namespace,
+                identity=identity,
+                dry_run=args.dry_run,
+                metrics=metrics,
+            )
 
-        def run_detector() -> None:
-            detector.run(work_stop, beat=health.beat)
+            def run_detector() -> None:
+                detector.run(work_stop, beat=health.beat)
 
-        t = threading.Thread(target=run_detector, name="detector", daemon=True)
-        t.start()
-        threads.append(t)
+            t = threading.Thread(target=run_detector, name="detector", daemon=True)
+            t.start()
+            threads.append(t)
         if not args.detect_only:
-            from noderemedy_runner.nodefence import NodeFencePolicy
             from noderemedy_runner.watcher import Watcher
 
             watcher = Watcher(
@@ -357,19 +434,34 @@ def main(argv: list[str] | None = None) -> int:
                 dry_run=args.dry_run,
                 observer=metrics,
                 namespace=args.namespace,
-                policy=NodeFencePolicy(grace_seconds=args.grace_seconds),
+                policy=NodeFencePolicy(
+                    grace_seconds=args.grace_seconds,
+                    step_retries=args.step_retries,
+                    retry_delay_seconds=args.retry_delay,
+                    recovery_timeout_seconds=args.recovery_timeout,
+                    max_restarts=args.max_restarts,
+                    restart_delay_seconds=args.restart_delay,
+                ),
                 kubeconfig=args.kubeconfig,
                 metal3_selector=args.metal3_selector,
                 playbook_dir=args.playbook_dir,
+                poll_interval=args.poll_interval,
+                extra_env=dict(item.split("=", 1) for item in args.run_env),
             )
             metrics.count_runs_in_flight(lambda: watcher.executor.in_flight)
             w = threading.Thread(target=watcher.run, args=(work_stop,), name="watcher", daemon=True)
             w.start()
             threads.append(w)
-        if detector.ready.wait(90):
+        if detector is None or detector.ready.wait(90):
             health.set_ready(True, "leading" if args.leader_elect else "running")
         log.info(
-            "acting", extra={"identity": identity, "dry_run": args.dry_run, "detect_only": args.detect_only}
+            "acting",
+            extra={
+                "identity": identity,
+                "dry_run": args.dry_run,
+                "detect_only": args.detect_only,
+                "reconcile_only": args.reconcile_only,
+            },
         )
 
     def stop_work() -> None:

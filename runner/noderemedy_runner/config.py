@@ -36,7 +36,7 @@ Every error is a :class:`ConfigError` naming the source, the document and the fi
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -533,11 +533,6 @@ def load(spec: str, api_client: Any = None) -> ConfigurationSet:
     except OSError as exc:
         raise ConfigError(f"{spec}: cannot read it ({exc.strerror})") from exc
     return parse_configurations(text, spec)
-
-
-def names(configs: Sequence[RemedyConfiguration]) -> list[str]:
-    """The Configurations' names, in order."""
-    return [c.name for c in configs]
 
 
 __all__ = [

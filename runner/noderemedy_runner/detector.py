@@ -598,7 +598,7 @@ class Detector:
     def _lease_upkeep_pass(self, now: float) -> None:
         try:
             self._lease_upkeep(now)
-        except Exception as exc:  # noqa: BLE001 - a failed upkeep is retried at the next one
+        except Exception as exc:  # a failed upkeep is retried at the next one
             self.metrics.reconcile_error("Detector", "-", f"lease upkeep: {exc}")
             log.exception("node Lease upkeep failed")
 
@@ -658,7 +658,7 @@ class Detector:
             try:
                 p = self.reconcile_once(wait=False)
                 wait = self.resync if p.next_check is None else min(self.resync, p.next_check + 0.01)
-            except Exception as exc:  # noqa: BLE001 - one bad pass must not stop detection
+            except Exception as exc:  # one bad pass must not stop detection
                 self.metrics.reconcile_error("Detector", "-", str(exc))
                 log.exception("detection pass failed")
                 wait = 1.0

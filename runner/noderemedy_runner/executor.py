@@ -1,16 +1,20 @@
 """Run the state machines' playbook actions with ansible-runner, and read back what they did.
 
 Shape follows ansible-operator (operator-framework/ansible-operator-plugins ``internal/ansible/runner``):
-a private data dir per custom resource (``<data_dir>/<kind>/<namespace>_<name>/``), an ``ident``
-per run (the state machine's deterministic ident, so a replayed run finds its artifacts), artifacts
-rotated (``rotate_artifacts``), and -- unlike ansible-operator, which writes the whole CR into
-``env/extravars`` -- extravars holding *references only* (DESIGN.md invariant 5): the playbooks read
-the Secrets themselves (``noderemedy.core.secret_info`` with ``no_log``). ``suppress_env_files``
-keeps ansible-runner from writing ``env/envvars``, ``env/extravars`` or ``env/settings``.
+a private data dir per custom resource (``<data_dir>/<kind>/<namespace or _cluster>_<name>_<uid[:8]>/``,
+:func:`private_dir_name`), an ``ident`` per run (the state machine's deterministic ident, so a
+replayed run finds its artifacts), artifacts rotated (``rotate_artifacts``), and -- unlike
+ansible-operator, which writes the whole CR into ``env/extravars`` -- extravars holding *references
+only* (DESIGN.md invariant 5): the fencing modules read their Secrets themselves
+(``credentials_secret``). ``suppress_env_files`` keeps ansible-runner from writing ``env/envvars``,
+``env/extravars`` or ``env/settings``.
 
 Every run has a deadline (``timeout``: ansible-runner kills the process group past it; status
-``timeout``), the number of runs in flight is bounded by a semaphore, and a run is canceled when
-the caller's cancel event is set (the custom resource was deleted; status ``canceled``).
+``timeout``), the number of runs in flight is bounded by :class:`Slots` (lowest priority first, then
+first come, first served), each run is started at the added niceness ``run_nice``, and a run is
+canceled when the caller's cancel event is set (the custom resource was deleted; status
+``canceled``). A run whose ident already has complete artifacts is not repeated: its outcome is
+read back.
 
 The outcome (:class:`RunOutcome`) carries ansible's per-host counts (ok/changed/failed), the
 messages of failed tasks and the results of the fencing module tasks in the order they ran
@@ -348,7 +352,7 @@ def run_niced(nice: int, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> A
             tid = threading.get_native_id()
             os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
             box["value"] = fn(*args, **kwargs)
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+        except BaseException as exc:  # re-raised in the caller's thread
             box["error"] = exc
 
     worker = threading.Thread(target=target, name=f"{threading.current_thread().name}-run", daemon=True)
@@ -376,8 +380,7 @@ class Executor:
         run_nice: niceness added to each run (its ``ansible-playbook`` process and the thread
             reading its events), as ``nice(1)`` does (default 10, nice's own default; 0: none).
             Detection and reconciliation keep the runner's priority: when runs load every core,
-            a node that fails is still seen at once (issue 7's reaction target; see
-            :func:`run_niced`). Only ever an increase, so no privilege is needed.
+            a node that fails is still seen at once (see :func:`run_niced`). Only ever an increase, so no privilege is needed.
 
     Raises ValueError on ``max_concurrent_runs`` < 1, ``run_deadline`` <= 0 or ``run_nice``
     outside 0..19.
@@ -512,7 +515,7 @@ class Executor:
         each run's start line). Raises :class:`ExecutorError` for an action without a playbook or
         a malformed ident; a canceled wait for a slot returns status ``canceled``.
         """
-        import ansible_runner  # type: ignore[import-untyped]  # noqa: PLC0415 - heavy import
+        import ansible_runner  # type: ignore[import-untyped]  # heavy import
 
         if action.playbook is None:
             raise ExecutorError(f"action {action.kind} has no playbook")

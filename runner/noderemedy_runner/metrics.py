@@ -118,7 +118,7 @@ class Metrics:
     def _safe(fn: Any, *args: Any) -> None:
         try:
             fn(*args)
-        except Exception:  # noqa: BLE001 - observers never raise (observe.Observer contract)
+        except Exception:  # observers never raise (observe.Observer contract)
             log.exception("metrics update failed")
 
     # --- observe.Observer ----------------------------------------------------------------------
@@ -247,7 +247,7 @@ class MetricsServer:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server API
+            def do_GET(self) -> None:  # http.server API
                 path = self.path.split("?", 1)[0]
                 if path == "/metrics":
                     body, code, ctype = outer.metrics.exposition(), 200, CONTENT_TYPE_LATEST
@@ -273,7 +273,7 @@ class MetricsServer:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            def log_message(self, format: str, *args: Any) -> None:
                 return None
 
         self._server = ThreadingHTTPServer((host, port), Handler)

@@ -301,7 +301,8 @@ def run_step_action(
     ``release`` (extravar ``release_workloads``): the same run then adds the out-of-service taint
     with the evidence of the fence *it* verified -- ``noderemedy.core.node_taint`` refuses anything
     but a verified, fresh fence of a NotReady node (invariant 1) -- which saves a second
-    ansible-playbook run between the fence and the release (issue 6: creation → taint ≤ 3 s)."""
+    ansible-playbook run between the fence and the release (NodeFence creation → taint in about
+    3 s, docs/benchmarks.md)."""
     return Action(
         kind="run_step",
         playbook=act.PLAYBOOKS["run_step"],

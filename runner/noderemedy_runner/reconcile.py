@@ -705,7 +705,7 @@ def taint_event(
     kube: KubeIO, obj: Mapping[str, Any], node: str, type_: str, reason: str, message: str
 ) -> None:
     """Record an out-of-service taint Event (added, removed, refused, failed) on the custom
-    resource ``obj`` and on Node ``node`` too (issue 7: Events on the Node for each transition and
+    resource ``obj`` and on Node ``node`` too (an Event on the Node for each transition and
     refusal), so ``kubectl describe node`` shows why its pods went away. Best effort, as
     :meth:`KubeIO.event`."""
     kube.event(obj, type_, reason, message)

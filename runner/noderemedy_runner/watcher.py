@@ -9,32 +9,25 @@ machine waits, and the watcher schedules the next reconcile after that delay (at
 executor's ``max_concurrent_runs``; when a custom resource disappears, its in-flight run is
 canceled (its cancel event is set; ansible-runner kills the run).
 
-Minimal entry point for tests and by hand (the real CLI is ``noderemedy-runner``)::
-
-    python -m noderemedy_runner.watcher --kubeconfig K --data-dir D [--namespace noderemedy] ...
+It runs inside ``noderemedy-runner`` (:mod:`noderemedy_runner.cli`; ``--reconcile-only`` runs it
+without the detector).
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
-import signal
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from kubernetes import client
 
 from noderemedy_runner.executor import RUN_NICE, Executor, link_collection
-from noderemedy_runner.kube.client import new_client
 from noderemedy_runner.kube.informer import Informer
 from noderemedy_runner.kube.resources import CRD, METAL3REMEDIATION, NODEFENCE, KubeIO
 from noderemedy_runner.logs import bind
-from noderemedy_runner.logs import setup as setup_logs
 from noderemedy_runner.metal3 import LabelSelector, opted_in
 from noderemedy_runner.nodefence import NodeFencePolicy
 from noderemedy_runner.observe import NullObserver, Observer
@@ -181,7 +174,7 @@ class Watcher:
             if kind == "NodeFence":
                 return self.nodefences.reconcile(name, cancel)
             return self.metal3.reconcile(namespace, name, cancel)
-        except Exception as exc:  # noqa: BLE001 - one bad object must not stop the others; requeued
+        except Exception as exc:  # one bad object must not stop the others; requeued
             bind(log, resource=resource).warning("%s: %s", type(exc).__name__, exc)
             self.observer.reconcile_error(kind, name, f"{type(exc).__name__}: {exc}")
             return ERROR_REQUEUE_SECONDS
@@ -249,7 +242,7 @@ class Watcher:
         while not stop.is_set():
             try:
                 self.poll()
-            except Exception as exc:  # noqa: BLE001 - API unreachable etc.: keep polling
+            except Exception as exc:  # API unreachable etc.: keep polling
                 log.warning("listing custom resources: %s: %s", type(exc).__name__, exc)
                 self.observer.reconcile_error("Watcher", "", f"{type(exc).__name__}: {exc}")
             if wake.wait(self.poll_interval):
@@ -260,68 +253,3 @@ class Watcher:
         for worker in self._workers.values():
             if worker.thread is not None:
                 worker.thread.join(max(0.0, deadline - time.monotonic()))
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m noderemedy_runner.watcher``: run a :class:`Watcher` until SIGTERM/SIGINT."""
-    p = argparse.ArgumentParser(
-        prog="python -m noderemedy_runner.watcher", description=__doc__.split("\n")[0]
-    )
-    p.add_argument("--kubeconfig", type=Path, help="kubeconfig (default: in-cluster)")
-    p.add_argument("--data-dir", type=Path, required=True, help="ansible-runner private data dirs")
-    p.add_argument("--namespace", default="noderemedy", help="namespace of fence ConfigMaps and Secrets")
-    p.add_argument("--max-concurrent-runs", type=int, default=4)
-    p.add_argument("--run-deadline", type=float, default=300.0, help="seconds per run")
-    p.add_argument("--grace-seconds", type=float, default=60.0)
-    p.add_argument("--step-retries", type=int, default=2)
-    p.add_argument("--retry-delay", type=float, default=10.0)
-    p.add_argument("--recovery-timeout", type=float, default=600.0)
-    p.add_argument("--max-restarts", type=int, default=1)
-    p.add_argument("--restart-delay", type=float, default=30.0)
-    p.add_argument("--poll-interval", type=float, default=0.5)
-    p.add_argument("--dry-run", action="store_true")
-    p.add_argument(
-        "--env", action="append", default=[], metavar="K=V", help="extra (non-secret) env for runs"
-    )
-    p.add_argument("--log-level", default="info", help="debug, info, warning or error (JSON lines)")
-    args = p.parse_args(argv)
-    try:
-        setup_logs(args.log_level.lower())
-    except ValueError as exc:
-        p.error(str(exc))
-    api = new_client(args.kubeconfig)
-    policy = NodeFencePolicy(
-        grace_seconds=args.grace_seconds,
-        step_retries=args.step_retries,
-        retry_delay_seconds=args.retry_delay,
-        recovery_timeout_seconds=args.recovery_timeout,
-        max_restarts=args.max_restarts,
-        restart_delay_seconds=args.restart_delay,
-    )
-    extra_env = dict(item.split("=", 1) for item in args.env)
-    watcher = Watcher(
-        api,
-        data_dir=args.data_dir,
-        max_concurrent_runs=args.max_concurrent_runs,
-        run_deadline=args.run_deadline,
-        dry_run=args.dry_run,
-        namespace=args.namespace,
-        policy=policy,
-        kubeconfig=args.kubeconfig,
-        poll_interval=args.poll_interval,
-        extra_env=extra_env,
-    )
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    log.info("watching NodeFence and Metal3Remediation objects; data dir %s", args.data_dir)
-    watcher.run(stop)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

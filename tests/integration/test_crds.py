@@ -10,15 +10,13 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from noderemedy_runner.conditions import set_condition
@@ -30,38 +28,6 @@ pytestmark = [pytest.mark.lab, pytest.mark.kube]
 CRD_DIR = Path(__file__).resolve().parents[2] / "deploy" / "crds"
 GROUP, VERSION, PLURAL = "remediation.noderemedy.io", "v1alpha1", "nodefences"
 T0 = 1_700_000_000.0
-
-
-@pytest.fixture(scope="module")
-def api(lab_kube: Any) -> Iterator[client.ApiClient]:
-    """An admin ApiClient for the lab with every CRD under deploy/crds/ applied and Established."""
-    api_client = config.new_client_from_config(str(lab_kube.kubeconfig))
-    ext = client.ApiextensionsV1Api(api_client)
-    names = []
-    for path in sorted(CRD_DIR.glob("*.yaml")):
-        body = yaml.safe_load(path.read_text())
-        names.append(body["metadata"]["name"])
-        try:
-            ext.create_custom_resource_definition(body)
-        except ApiException as exc:
-            if exc.status != 409:
-                raise AssertionError(f"{path.name} rejected by the API server: {exc.body}") from exc
-            current = ext.read_custom_resource_definition(body["metadata"]["name"])
-            body["metadata"]["resourceVersion"] = current.metadata.resource_version
-            ext.replace_custom_resource_definition(body["metadata"]["name"], body)
-    deadline = time.monotonic() + 60
-    pending = set(names)
-    while pending:
-        for name in sorted(pending):
-            crd = ext.read_custom_resource_definition(name)
-            conds = {c.type: c.status for c in (crd.status.conditions or [])}
-            if conds.get("Established") == "True" and conds.get("NamesAccepted") == "True":
-                pending.discard(name)
-        if pending and time.monotonic() > deadline:
-            raise AssertionError(f"CRDs not Established after 60 s: {sorted(pending)}")
-        time.sleep(0.2)
-    yield api_client
-    api_client.close()
 
 
 @pytest.fixture

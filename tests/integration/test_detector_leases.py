@@ -13,12 +13,10 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from watcher_harness import (  # noqa: F401 - the *_fixture names register fixtures
+from runner_harness import (
     GROUP,
     PLURAL,
     VERSION,
-    api_fixture,
-    namespace_fixture,
 )
 
 from noderemedy_runner.config import parse_configurations

@@ -11,7 +11,7 @@ import os
 import subprocess
 
 import pytest
-from test_fencing_support import (
+from fencing_support import (
     assert_failed_unfenced,
     assert_no_secrets,
     assert_quartet,
@@ -93,16 +93,6 @@ def enable_all(endpoint: dict, profile: str, ports: list[str]) -> None:
 
 
 @pytest.fixture()
-def play(run_playbook, tmp_path):
-    """``run_playbook`` with the JSON callback from ``test_fencing_support``."""
-
-    def _play(tasks: list[dict], **kw):
-        return run_playbook(tasks, **kw)
-
-    return _play
-
-
-@pytest.fixture()
 def fc(lab):
     endpoint = ep(lab, "fc")
     yield endpoint
@@ -120,11 +110,11 @@ def fcsim(lab):
     enable_all(endpoint, "cisco_mds", [f"fc1/{i}" for i in range(1, 9)])
 
 
-def test_ifmib_port_by_name_verified_through_oper_status(lab, fc, play) -> None:
+def test_ifmib_port_by_name_verified_through_oper_status(lab, fc, run_playbook) -> None:
     port = lab.info["devices"]["fc_ports"]["lab-node-0"]  # fc1/1 -> ifIndex 1
     index = port.split("/")[1]
     probe = probe_task(lab, fc, f"{IF_ADMIN}.{index}", f"{IF_OPER}.{index}")
-    res = play(quartet_tasks(MODULE, args(fc, [port], "disabled"), probe))
+    res = run_playbook(quartet_tasks(MODULE, args(fc, [port], "disabled"), probe))
     assert_quartet(res, ["1\n1", "2\n2", "2\n2"])
     apply1 = res.task("apply1")
     assert apply1["state_before"] == "enabled" and apply1["state"] == "disabled"
@@ -146,42 +136,44 @@ def test_ifmib_port_by_name_verified_through_oper_status(lab, fc, play) -> None:
     }
     for name in ("check1", "apply1", "check2", "apply2"):
         assert_no_secrets(res.task(name), fc["community"])
-    res = play(quartet_tasks(MODULE, args(fc, [port], "enabled"), probe))
+    res = run_playbook(quartet_tasks(MODULE, args(fc, [port], "enabled"), probe))
     assert_quartet(res, ["2\n2", "1\n1", "1\n1"])
 
 
-def test_ifmib_several_ports_by_ifindex(lab, fc, play) -> None:
+def test_ifmib_several_ports_by_ifindex(lab, fc, run_playbook) -> None:
     probe = probe_task(lab, fc, f"{IF_ADMIN}.5", f"{IF_ADMIN}.6")
-    res = play(quartet_tasks(MODULE, args(fc, ["5", "6"], "disabled"), probe))
+    res = run_playbook(quartet_tasks(MODULE, args(fc, ["5", "6"], "disabled"), probe))
     assert_quartet(res, ["1\n1", "2\n2", "2\n2"])
 
 
-def test_cisco_mds_profile_on_snmpd(lab, fc, play) -> None:
+def test_cisco_mds_profile_on_snmpd(lab, fc, run_playbook) -> None:
     probe = probe_task(lab, fc, f"{FC_ADMIN}.3")  # fc1/4 -> .22.3
-    res = play(quartet_tasks(MODULE, args(fc, ["fc1/4"], "disabled", profile="cisco_mds"), probe))
+    res = run_playbook(quartet_tasks(MODULE, args(fc, ["fc1/4"], "disabled", profile="cisco_mds"), probe))
     assert_quartet(res, ["1", "2", "2"])
     assert res.task("apply1")["ports"][0]["oper_status_checked"] is True
 
 
-def test_ifmib_on_snmpsim_verified_by_admin_status(lab, fcsim, play) -> None:
+def test_ifmib_on_snmpsim_verified_by_admin_status(lab, fcsim, run_playbook) -> None:
     probe = probe_task(lab, fcsim, f"{IF_ADMIN}.2")
-    res = play(quartet_tasks(MODULE, args(fcsim, ["fc1/2"], "disabled", verify_oper_status=False), probe))
+    res = run_playbook(
+        quartet_tasks(MODULE, args(fcsim, ["fc1/2"], "disabled", verify_oper_status=False), probe)
+    )
     assert_quartet(res, ["1", "2", "2"])
     assert res.task("apply1")["ports"][0]["oper_status_checked"] is False
 
 
-def test_cisco_mds_on_snmpsim(lab, fcsim, play) -> None:
+def test_cisco_mds_on_snmpsim(lab, fcsim, run_playbook) -> None:
     probe = probe_task(lab, fcsim, f"{FC_ADMIN}.2")  # fc1/3
-    res = play(quartet_tasks(MODULE, args(fcsim, ["fc1/3"], "disabled", profile="cisco_mds"), probe))
+    res = run_playbook(quartet_tasks(MODULE, args(fcsim, ["fc1/3"], "disabled", profile="cisco_mds"), probe))
     assert_quartet(res, ["1", "2", "2"])
     # FC-FE-MIB oper status is not in this simulator: verified by the admin status
     assert res.task("apply1")["ports"][0]["oper_status_checked"] is False
 
 
 # ------------------------------------------------------------------------------------ faults
-def test_port_still_up_is_not_a_fence(lab, fcsim, play) -> None:
+def test_port_still_up_is_not_a_fence(lab, fcsim, run_playbook) -> None:
     """snmpsim's ifOperStatus stays up(1) after admin down: with oper verification that must fail."""
-    res = play(
+    res = run_playbook(
         [{"name": "bad", MODULE: args(fcsim, ["fc1/5"], "disabled", power_timeout=1), "ignore_errors": True}]
     )
     out = assert_failed_unfenced(res, "bad")
@@ -189,11 +181,11 @@ def test_port_still_up_is_not_a_fence(lab, fcsim, play) -> None:
     assert snmpget(lab, fcsim, f"{IF_OPER}.5") == "1"
 
 
-def test_oper_status_lagging_longer_than_power_timeout_fails(lab, fc, play) -> None:
+def test_oper_status_lagging_longer_than_power_timeout_fails(lab, fc, run_playbook) -> None:
     from noderemedy_lab.devices import set_status_delay
 
     set_status_delay(fc, 8)
-    res = play(
+    res = run_playbook(
         [{"name": "slow", MODULE: args(fc, ["7"], "disabled", power_timeout=1.5), "ignore_errors": True}]
     )
     out = assert_failed_unfenced(res, "slow")
@@ -201,15 +193,15 @@ def test_oper_status_lagging_longer_than_power_timeout_fails(lab, fc, play) -> N
     assert snmpget(lab, fc, f"{IF_OPER}.7") == "1", "the switch still reports the port up"
 
 
-def test_unknown_port_name_changes_nothing(lab, fc, play) -> None:
-    res = play([{"name": "bad", MODULE: args(fc, ["2", "fc9/9"], "disabled"), "ignore_errors": True}])
+def test_unknown_port_name_changes_nothing(lab, fc, run_playbook) -> None:
+    res = run_playbook([{"name": "bad", MODULE: args(fc, ["2", "fc9/9"], "disabled"), "ignore_errors": True}])
     out = assert_failed_unfenced(res, "bad")
     assert out["error"] == "not_found" and "fc9/9" in out["msg"]
     assert snmpget(lab, fc, f"{IF_ADMIN}.2") == "1"
 
 
-def test_mangled_cisco_port_name_names_the_field(lab, fc, play) -> None:
-    res = play(
+def test_mangled_cisco_port_name_names_the_field(lab, fc, run_playbook) -> None:
+    res = run_playbook(
         [{"name": "bad", MODULE: args(fc, ["eth0"], "disabled", profile="cisco_mds"), "ignore_errors": True}]
     )
     out = assert_failed_unfenced(res, "bad")
@@ -232,7 +224,7 @@ def test_value_the_switch_rejects_and_read_only_community(lab, fc) -> None:
     assert snmpget(lab, fc, f"{IF_ADMIN}.3") == "1"
 
 
-def test_wrong_v3_priv_key_is_no_answer(lab, fc, play) -> None:
+def test_wrong_v3_priv_key_is_no_answer(lab, fc, run_playbook) -> None:
     k = fc["v3"]
     bad = {
         **args(fc, ["3"], "disabled", snmp_timeout=0.3, snmp_retries=0),
@@ -242,7 +234,7 @@ def test_wrong_v3_priv_key_is_no_answer(lab, fc, play) -> None:
         "password": k["auth_key"],
         "snmp_priv_passwd": "wrong-priv-key",
     }
-    res = play([{"name": "bad", MODULE: bad, "ignore_errors": True}])
+    res = run_playbook([{"name": "bad", MODULE: bad, "ignore_errors": True}])
     out = assert_failed_unfenced(res, "bad")
     assert out["error"] == "unreachable" and "privacy key" in out["msg"]
     assert "wrong-priv-key" not in json.dumps(out)

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_fencing_support import (
+from fencing_support import (
     assert_failed_unfenced,
     assert_no_secrets,
     assert_quartet,
@@ -73,16 +73,6 @@ def ensure_on(bmc: dict) -> None:
 
 
 @pytest.fixture()
-def play(run_playbook, tmp_path):
-    """``run_playbook`` with the JSON callback from ``test_fencing_support``."""
-
-    def _play(tasks: list[dict], **kw):
-        return run_playbook(tasks, **kw)
-
-    return _play
-
-
-@pytest.fixture()
 def bmc0(lab):
     bmc = bmc_of(lab, "lab-node-0")
     ensure_on(bmc)
@@ -91,8 +81,8 @@ def bmc0(lab):
 
 
 # ------------------------------------------------------------------------------------ quartets
-def test_off_quartet_confirmed_by_the_bmc(lab, bmc0, play) -> None:
-    res = play(quartet_tasks(MODULE, args(bmc0, "off"), lambda n: probe(bmc0, n)))
+def test_off_quartet_confirmed_by_the_bmc(lab, bmc0, run_playbook) -> None:
+    res = run_playbook(quartet_tasks(MODULE, args(bmc0, "off"), lambda n: probe(bmc0, n)))
     assert_quartet(res, ["1", "0", "0"])
     check1, apply1 = res.task("check1"), res.task("apply1")
     assert (
@@ -115,19 +105,19 @@ def test_off_quartet_confirmed_by_the_bmc(lab, bmc0, play) -> None:
         assert_no_secrets(res.task(name), bmc0["password"])
 
 
-def test_on_quartet_confirmed_by_the_bmc(lab, bmc0, play) -> None:
+def test_on_quartet_confirmed_by_the_bmc(lab, bmc0, run_playbook) -> None:
     IpmiDriver(bmc0["host"], bmc0["username"], bmc0["password"], ipport=bmc0["port"]).run("off")
     assert power_file(bmc0) == "0"
-    res = play(quartet_tasks(MODULE, args(bmc0, "on"), lambda n: probe(bmc0, n)))
+    res = run_playbook(quartet_tasks(MODULE, args(bmc0, "on"), lambda n: probe(bmc0, n)))
     assert_quartet(res, ["0", "1", "1"])
     assert res.task("apply1")["fence"]["verified"] is False and res.task("apply1")["fence"]["state"] == "on"
     assert ipmitool_status(bmc0) == "Chassis Power is on"
 
 
-def test_reboot_is_off_verified_then_on(lab, bmc0, play) -> None:
+def test_reboot_is_off_verified_then_on(lab, bmc0, run_playbook) -> None:
     log = Path(bmc0["power_log"])
     before = log.read_text().splitlines() if log.exists() else []
-    res = play([{"name": "reboot", MODULE: args(bmc0, "reboot")}])
+    res = run_playbook([{"name": "reboot", MODULE: args(bmc0, "reboot")}])
     assert res.rc == 0, res.stdout[-3000:]
     out = res.task("reboot")
     assert out["changed"] is True and out["power_state_before"] == "on" and out["power_state"] == "on"
@@ -137,10 +127,10 @@ def test_reboot_is_off_verified_then_on(lab, bmc0, play) -> None:
     assert power_file(bmc0) == "1"
 
 
-def test_cycle_is_sent_but_never_claimed_as_a_fence(lab, bmc0, play) -> None:
+def test_cycle_is_sent_but_never_claimed_as_a_fence(lab, bmc0, run_playbook) -> None:
     log = Path(bmc0["power_log"])
     before = len(log.read_text().splitlines())
-    res = play([{"name": "cycle", MODULE: args(bmc0, "reboot", method="cycle")}])
+    res = run_playbook([{"name": "cycle", MODULE: args(bmc0, "reboot", method="cycle")}])
     out = res.task("cycle")
     assert out["changed"] is True and out["fence"]["verified"] is False
     assert any("not verified" in w for w in out.get("warnings", []))
@@ -155,9 +145,9 @@ def test_cycle_is_sent_but_never_claimed_as_a_fence(lab, bmc0, play) -> None:
     assert power_file(bmc0) == "1"
 
 
-def test_status_of_an_off_machine_is_evidence(lab, bmc0, play) -> None:
+def test_status_of_an_off_machine_is_evidence(lab, bmc0, run_playbook) -> None:
     IpmiDriver(bmc0["host"], bmc0["username"], bmc0["password"], ipport=bmc0["port"]).run("off")
-    res = play([{"name": "status", MODULE: args(bmc0, "status")}])
+    res = run_playbook([{"name": "status", MODULE: args(bmc0, "status")}])
     out = res.task("status")
     assert out["changed"] is False and out["power_state"] == "off" and out["fence"]["verified"] is True
     assert power_file(bmc0) == "0"
@@ -171,8 +161,8 @@ def test_operator_account_can_fence(lab, bmc0) -> None:
 
 
 # ------------------------------------------------------------------------------------ faults
-def test_wrong_password_is_an_auth_error(lab, bmc0, play) -> None:
-    res = play(
+def test_wrong_password_is_an_auth_error(lab, bmc0, run_playbook) -> None:
+    res = run_playbook(
         [{"name": "bad", MODULE: args(bmc0, "off", password="not-the-password"), "ignore_errors": True}]
     )
     out = assert_failed_unfenced(res, "bad")
@@ -181,10 +171,10 @@ def test_wrong_password_is_an_auth_error(lab, bmc0, play) -> None:
     assert power_file(bmc0) == "1"
 
 
-def test_user_privilege_account_is_refused_power_control(lab, bmc0, play) -> None:
+def test_user_privilege_account_is_refused_power_control(lab, bmc0, run_playbook) -> None:
     user = bmc0["user"]
     bad = args(bmc0, "off", username=user["username"], password=user["password"], privlvl="user")
-    res = play([{"name": "bad", MODULE: bad, "ignore_errors": True}])
+    res = run_playbook([{"name": "bad", MODULE: bad, "ignore_errors": True}])
     out = assert_failed_unfenced(res, "bad")
     assert out["error"] == "privilege" and "insufficient privilege" in out["msg"]
     assert power_file(bmc0) == "1"
@@ -197,9 +187,9 @@ def _free_udp_port() -> int:
 
 
 @pytest.mark.timeout(120)
-def test_nothing_listening_fails_as_unreachable_within_power_timeout(lab, bmc0, play) -> None:
+def test_nothing_listening_fails_as_unreachable_within_power_timeout(lab, bmc0, run_playbook) -> None:
     port = _free_udp_port()
-    res = play(
+    res = run_playbook(
         [
             {
                 "name": "bad",
@@ -235,15 +225,15 @@ def test_a_hung_bmc_fails_as_a_timeout_only_after_power_timeout(lab, play) -> No
     assert ipmitool_status(bmc).startswith("Chassis Power is")  # the BMC answers again
 
 
-def test_cipher_zero_is_refused_before_any_packet(lab, bmc0, play) -> None:
-    res = play([{"name": "bad", MODULE: args(bmc0, "off", cipher=0), "ignore_errors": True}])
+def test_cipher_zero_is_refused_before_any_packet(lab, bmc0, run_playbook) -> None:
+    res = run_playbook([{"name": "bad", MODULE: args(bmc0, "off", cipher=0), "ignore_errors": True}])
     out = assert_failed_unfenced(res, "bad")
     assert out["error"] == "config" and out["msg"].startswith("cipher:")
     assert power_file(bmc0) == "1"
 
 
 def test_cipher_17_refused_by_this_bmc_is_not_silently_downgraded(lab, bmc0) -> None:
-    # ipmi_sim refuses suites 15-17 (lab pitfall 1); pyghmi would fall back to suite 3 on its own
+    # ipmi_sim refuses suites 15-17 (and suites 7/8 hang); pyghmi would fall back to suite 3 on its own
     drv = IpmiDriver(bmc0["host"], bmc0["username"], bmc0["password"], ipport=bmc0["port"], cipher=17)
     with pytest.raises(Exception) as err:
         drv.run("off")
@@ -253,7 +243,7 @@ def test_cipher_17_refused_by_this_bmc_is_not_silently_downgraded(lab, bmc0) -> 
 
 # ------------------------------------------------------------------------------------ sessions
 def test_many_sessions_in_one_process_do_not_hang_or_leak(lab) -> None:
-    """Pitfalls 5/6: str credentials hang pyghmi's cache; leaked sessions exhaust the BMC (~60)."""
+    """str credentials hang pyghmi's session cache; leaked sessions exhaust the BMC (~60)."""
     bmc = bmc_of(lab, "lab-node-1")
     op = bmc["operator"]
     for i in range(90):
@@ -279,10 +269,10 @@ def test_library_errors_are_classified(lab, bmc0) -> None:
     assert power_file(bmc0) == "1"
 
 
-def test_credentials_from_the_environment(lab, bmc0, play) -> None:
+def test_credentials_from_the_environment(lab, bmc0, run_playbook) -> None:
     task = {k: v for k, v in args(bmc0, "status").items() if k not in ("username", "password")}
     env = {"NODEREMEDY_IPMI_USERNAME": bmc0["username"], "NODEREMEDY_IPMI_PASSWORD": bmc0["password"]}
-    res = play([{"name": "status", MODULE: task, "environment": env}])
+    res = run_playbook([{"name": "status", MODULE: task, "environment": env}])
     out = res.task("status")
     assert out.get("failed") is not True, out
     assert out["power_state"] == "on"

@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from test_fencing_support import (
+from fencing_support import (
     assert_failed_unfenced,
     assert_no_secrets,
     assert_quartet,
@@ -115,16 +115,6 @@ def restore_on(endpoint: dict, outlets: list[int], profile: str) -> None:
 
 
 @pytest.fixture()
-def play(run_playbook, tmp_path):
-    """``run_playbook`` with the JSON callback from ``test_fencing_support``."""
-
-    def _play(tasks: list[dict], **kw):
-        return run_playbook(tasks, **kw)
-
-    return _play
-
-
-@pytest.fixture()
 def rpdu(lab):
     endpoint = ep(lab, "apc-rpdu")
     yield endpoint
@@ -135,9 +125,9 @@ def rpdu(lab):
 
 
 # ------------------------------------------------------------------------------------ quartets
-def test_apc_rack_pdu_auto_detected_outlet_by_name(lab, rpdu, play) -> None:
+def test_apc_rack_pdu_auto_detected_outlet_by_name(lab, rpdu, run_playbook) -> None:
     outlet = lab.info["devices"]["outlets"]["lab-node-1"]
-    res = play(
+    res = run_playbook(
         quartet_tasks(
             MODULE, v2c(rpdu, ["lab-node-1"], "off"), probe_task(lab, rpdu, f"{RPDU_STATUS}.{outlet}")
         )
@@ -158,7 +148,7 @@ def test_apc_rack_pdu_auto_detected_outlet_by_name(lab, rpdu, play) -> None:
     for name in ("check1", "apply1", "check2", "apply2"):
         assert_no_secrets(res.task(name), rpdu["community"])
     # and back on, again as a quartet
-    res = play(
+    res = run_playbook(
         quartet_tasks(
             MODULE, v2c(rpdu, ["lab-node-1"], "on"), probe_task(lab, rpdu, f"{RPDU_STATUS}.{outlet}")
         )
@@ -166,15 +156,17 @@ def test_apc_rack_pdu_auto_detected_outlet_by_name(lab, rpdu, play) -> None:
     assert_quartet(res, ["2", "1", "1"])
 
 
-def test_apc_rack_pdu_over_snmpv3_authpriv(lab, rpdu, play) -> None:
-    res = play(quartet_tasks(MODULE, v3(rpdu, ["5"], "off"), probe_task(lab, rpdu, f"{RPDU_STATUS}.5")))
+def test_apc_rack_pdu_over_snmpv3_authpriv(lab, rpdu, run_playbook) -> None:
+    res = run_playbook(
+        quartet_tasks(MODULE, v3(rpdu, ["5"], "off"), probe_task(lab, rpdu, f"{RPDU_STATUS}.5"))
+    )
     assert_quartet(res, ["1", "2", "2"])
     k = rpdu["v3"]
     for name in ("check1", "apply1", "check2", "apply2"):
         assert_no_secrets(res.task(name), k["auth_key"], k["priv_key"])
 
 
-def test_generic_profile_on_the_rack_pdu(lab, rpdu, play) -> None:
+def test_generic_profile_on_the_rack_pdu(lab, rpdu, run_playbook) -> None:
     generic = {
         "profile": "generic",
         "status_oid": RPDU_STATUS,
@@ -182,17 +174,17 @@ def test_generic_profile_on_the_rack_pdu(lab, rpdu, play) -> None:
         "status_on": 1,
         "status_off": 2,
     }
-    res = play(
+    res = run_playbook(
         quartet_tasks(MODULE, v2c(rpdu, ["4"], "off", **generic), probe_task(lab, rpdu, f"{RPDU_STATUS}.4"))
     )
     assert_quartet(res, ["1", "2", "2"])
     assert res.task("apply1")["profile"] == "generic"
 
 
-def test_apc_masterswitch_snmpv1_outlet_by_number(lab, play) -> None:
+def test_apc_masterswitch_snmpv1_outlet_by_number(lab, run_playbook) -> None:
     ms = ep(lab, "apc-ms")
     try:
-        res = play(
+        res = run_playbook(
             quartet_tasks(
                 MODULE, v2c(ms, ["2"], "off", snmp_version="1"), probe_task(lab, ms, f"{SPDU_CTL}.2")
             )
@@ -204,21 +196,21 @@ def test_apc_masterswitch_snmpv1_outlet_by_number(lab, play) -> None:
     assert snmpget(lab, ms, f"{SPDU_CTL}.2") == "1"
 
 
-def test_apc_masterswitch_outlet_by_name(lab, play) -> None:
+def test_apc_masterswitch_outlet_by_name(lab, run_playbook) -> None:
     ms = ep(lab, "apc-ms")
     try:
-        res = play([{"name": "off", MODULE: v2c(ms, ["lab-node-2"], "off")}])
+        res = run_playbook([{"name": "off", MODULE: v2c(ms, ["lab-node-2"], "off")}])
         assert res.task("off")["outlets"][0]["outlet"] == 3
         assert snmpget(lab, ms, f"{SPDU_CTL}.3") == "2"
     finally:
         restore_on(ms, [3], "apc_ms")
 
 
-def test_eaton_managed_epdu_auto_detected(lab, play) -> None:
+def test_eaton_managed_epdu_auto_detected(lab, run_playbook) -> None:
     eaton = ep(lab, "eaton")
     try:
         # outlet 3 is index 2 on the device (fence_eaton_snmp: plug - 1)
-        res = play(
+        res = run_playbook(
             quartet_tasks(MODULE, v2c(eaton, ["3"], "off"), probe_task(lab, eaton, f"{EATON_STATE}.2"))
         )
         assert_quartet(res, ["1", "0", "0"])
@@ -228,10 +220,10 @@ def test_eaton_managed_epdu_auto_detected(lab, play) -> None:
     assert snmpget(lab, eaton, f"{EATON_STATE}.2") == "1"
 
 
-def test_redundant_supplies_reboot_all_off_verified_before_any_on(lab, rpdu, play) -> None:
+def test_redundant_supplies_reboot_all_off_verified_before_any_on(lab, rpdu, run_playbook) -> None:
     state_file = Path(rpdu["state_file"])
     before = len(json.loads(state_file.read_text())["log"])
-    res = play([{"name": "reboot", MODULE: v2c(rpdu, ["lab-node-2", "6"], "reboot")}])
+    res = run_playbook([{"name": "reboot", MODULE: v2c(rpdu, ["lab-node-2", "6"], "reboot")}])
     out = res.task("reboot")
     assert out["changed"] is True and out["power_state"] == "on" and out["fence"]["verified"] is True
     sets = [(port, value) for _, port, value in json.loads(state_file.read_text())["log"][before:]]
@@ -241,11 +233,13 @@ def test_redundant_supplies_reboot_all_off_verified_before_any_on(lab, rpdu, pla
 
 
 # ------------------------------------------------------------------------------------ faults
-def test_status_lagging_longer_than_power_timeout_fails_never_reports_off(lab, rpdu, play) -> None:
+def test_status_lagging_longer_than_power_timeout_fails_never_reports_off(lab, rpdu, run_playbook) -> None:
     from noderemedy_lab.devices import set_status_delay
 
     set_status_delay(rpdu, 8)
-    res = play([{"name": "slow", MODULE: v2c(rpdu, ["7"], "off", power_timeout=1.5), "ignore_errors": True}])
+    res = run_playbook(
+        [{"name": "slow", MODULE: v2c(rpdu, ["7"], "off", power_timeout=1.5), "ignore_errors": True}]
+    )
     out = assert_failed_unfenced(res, "slow")
     assert out["error"] == "verify" and "power_timeout=1.5s" in out["msg"] and "7=on" in out["msg"]
     # what an admin must know: the outlet stays commanded off although its status still reads on
@@ -253,27 +247,27 @@ def test_status_lagging_longer_than_power_timeout_fails_never_reports_off(lab, r
     assert snmpget(lab, rpdu, f"{RPDU_STATUS}.7") == "1", "the PDU itself still reports the outlet on"
 
 
-def test_status_lag_within_power_timeout_is_waited_for(lab, rpdu, play) -> None:
+def test_status_lag_within_power_timeout_is_waited_for(lab, rpdu, run_playbook) -> None:
     from noderemedy_lab.devices import set_status_delay
 
     set_status_delay(rpdu, 1)
-    res = play([{"name": "slow", MODULE: v2c(rpdu, ["7"], "off", power_timeout=10)}])
+    res = run_playbook([{"name": "slow", MODULE: v2c(rpdu, ["7"], "off", power_timeout=10)}])
     out = res.task("slow")
     assert out["fence"]["verified"] is True and out["verify_seconds"] >= 0.9
     assert snmpget(lab, rpdu, f"{RPDU_STATUS}.7") == "2"
 
 
-def test_wrong_community_fails_as_no_answer_naming_the_community(lab, rpdu, play) -> None:
+def test_wrong_community_fails_as_no_answer_naming_the_community(lab, rpdu, run_playbook) -> None:
     bad = v2c(rpdu, ["1"], "off", community="not-the-community", snmp_timeout=0.3, snmp_retries=0)
-    res = play([{"name": "bad", MODULE: bad, "ignore_errors": True}])
+    res = run_playbook([{"name": "bad", MODULE: bad, "ignore_errors": True}])
     out = assert_failed_unfenced(res, "bad")
     assert out["error"] == "unreachable" and "wrong community" in out["msg"]
     assert "not-the-community" not in json.dumps(out)
     assert snmpget(lab, rpdu, f"{RPDU_STATUS}.1") == "1"
 
 
-def test_wrong_v3_auth_key_is_an_auth_error(lab, rpdu, play) -> None:
-    res = play(
+def test_wrong_v3_auth_key_is_an_auth_error(lab, rpdu, run_playbook) -> None:
+    res = run_playbook(
         [{"name": "bad", MODULE: v3(rpdu, ["1"], "off", password="wrong-auth-key"), "ignore_errors": True}]
     )
     out = assert_failed_unfenced(res, "bad")
@@ -281,8 +275,8 @@ def test_wrong_v3_auth_key_is_an_auth_error(lab, rpdu, play) -> None:
     assert snmpget(lab, rpdu, f"{RPDU_STATUS}.1") == "1"
 
 
-def test_read_only_community_is_a_privilege_error(lab, rpdu, play) -> None:
-    res = play(
+def test_read_only_community_is_a_privilege_error(lab, rpdu, run_playbook) -> None:
+    res = run_playbook(
         [
             {
                 "name": "ro",
@@ -296,32 +290,36 @@ def test_read_only_community_is_a_privilege_error(lab, rpdu, play) -> None:
     assert snmpget(lab, rpdu, f"{RPDU_STATUS}.1") == "1"
 
 
-def test_value_the_device_rejects(lab, rpdu, play) -> None:
+def test_value_the_device_rejects(lab, rpdu, run_playbook) -> None:
     generic = {"profile": "generic", "status_oid": RPDU_STATUS, "control_oid": RPDU_CONTROL, "control_off": 9}
-    res = play([{"name": "bad", MODULE: v2c(rpdu, ["8"], "off", **generic), "ignore_errors": True}])
+    res = run_playbook([{"name": "bad", MODULE: v2c(rpdu, ["8"], "off", **generic), "ignore_errors": True}])
     out = assert_failed_unfenced(res, "bad")
     assert out["error"] == "rejected" and "wrongValue" in out["msg"]
     assert snmpget(lab, rpdu, f"{RPDU_STATUS}.8") == "1"
 
 
-def test_outlet_name_that_does_not_exist_changes_nothing(lab, rpdu, play) -> None:
+def test_outlet_name_that_does_not_exist_changes_nothing(lab, rpdu, run_playbook) -> None:
     state_file = Path(rpdu["state_file"])
     before = json.loads(state_file.read_text())["log"]
-    res = play([{"name": "bad", MODULE: v2c(rpdu, ["1", "no-such-node"], "off"), "ignore_errors": True}])
+    res = run_playbook(
+        [{"name": "bad", MODULE: v2c(rpdu, ["1", "no-such-node"], "off"), "ignore_errors": True}]
+    )
     out = assert_failed_unfenced(res, "bad")
     assert out["error"] == "not_found" and "no-such-node" in out["msg"]
     assert json.loads(state_file.read_text())["log"] == before, "nothing half-applied"
     assert snmpget(lab, rpdu, f"{RPDU_STATUS}.1") == "1"
 
 
-def test_outlet_number_that_does_not_exist(lab, rpdu, play) -> None:
-    res = play([{"name": "bad", MODULE: v2c(rpdu, ["99"], "off"), "ignore_errors": True}])
+def test_outlet_number_that_does_not_exist(lab, rpdu, run_playbook) -> None:
+    res = run_playbook([{"name": "bad", MODULE: v2c(rpdu, ["99"], "off"), "ignore_errors": True}])
     out = assert_failed_unfenced(res, "bad")
     assert out["error"] == "not_found" and "99" in out["msg"]
 
 
-def test_generic_profile_without_status_oid_names_the_field(lab, rpdu, play) -> None:
-    res = play([{"name": "bad", MODULE: v2c(rpdu, ["1"], "off", profile="generic"), "ignore_errors": True}])
+def test_generic_profile_without_status_oid_names_the_field(lab, rpdu, run_playbook) -> None:
+    res = run_playbook(
+        [{"name": "bad", MODULE: v2c(rpdu, ["1"], "off", profile="generic"), "ignore_errors": True}]
+    )
     out = res.task("bad")
     assert out.get("failed") is True and "status_oid" in out["msg"]
 

@@ -18,10 +18,16 @@ import pytest
 from noderemedy_lab.config import LabConfig
 from noderemedy_lab.lab import Lab
 from noderemedy_lab.procs import ComponentError, proc_start_time
+from noderemedy_lab.pytest_plugin import worker_port_base
 
 pytestmark = pytest.mark.lab
 
 CLI = [sys.executable, "-m", "noderemedy_lab.cli"]
+
+#: Each test's own lab, in this worker's port range past the session lab's: cores at +200..+294,
+#: BMCs at +300..+381 (:data:`noderemedy_lab.pytest_plugin.WORKER_PORT_STRIDE`).
+BASE = {name: worker_port_base() + off for name, off in
+        {"cli": 200, "taken": 220, "bmc": 240, "deb": 260, "go": 280}.items()}  # fmt: skip
 
 
 def _children_of(pid: int) -> list[int]:
@@ -50,7 +56,7 @@ def test_cli_up_status_env_down_leaves_nothing(tmp_path):
     os.chmod(tmp_path, 0o755)
     base = ["--workdir", str(workdir)]
     up = subprocess.run(
-        [*CLI, *base, "up", "--nodes", "1", "--port-base", "22000"],
+        [*CLI, *base, "up", "--nodes", "1", "--port-base", str(BASE["cli"])],
         capture_output=True,
         text=True,
         timeout=300,
@@ -79,7 +85,7 @@ def test_cli_up_status_env_down_leaves_nothing(tmp_path):
         assert f"KUBECONFIG={workdir}" in evaluated.stdout, evaluated.stdout
         # a second 'up' on the same workdir refuses instead of clobbering the running lab
         again = subprocess.run(
-            [*CLI, *base, "up", "--nodes", "1", "--port-base", "22000"],
+            [*CLI, *base, "up", "--nodes", "1", "--port-base", str(BASE["cli"])],
             capture_output=True,
             text=True,
             timeout=60,
@@ -98,7 +104,7 @@ def test_cli_up_status_env_down_leaves_nothing(tmp_path):
 
 
 def test_port_already_taken_names_the_component_and_leaves_nothing(tmp_path):
-    cfg = LabConfig(workdir=tmp_path / "lab", nodes=1, port_base=22500, kube=True)
+    cfg = LabConfig(workdir=tmp_path / "lab", nodes=1, port_base=BASE["taken"], kube=True)
     blocker = socket.socket()
     blocker.bind(("127.0.0.1", cfg.port("kube-apiserver")))
     blocker.listen()
@@ -117,7 +123,7 @@ def test_port_already_taken_names_the_component_and_leaves_nothing(tmp_path):
 
 
 def test_busy_bmc_port_names_the_bmc(tmp_path):
-    cfg = LabConfig(workdir=tmp_path / "lab", nodes=2, port_base=22600, kube=False)
+    cfg = LabConfig(workdir=tmp_path / "lab", nodes=2, port_base=BASE["bmc"], kube=False)
     blocker = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     blocker.bind(("127.0.0.1", cfg.bmc_port(1)))
     lab = Lab(cfg)
@@ -136,7 +142,7 @@ def test_missing_debian_package_is_named(tmp_path, monkeypatch):
     empty = tmp_path / "bin"
     empty.mkdir()
     monkeypatch.setenv("PATH", str(empty))
-    cfg = LabConfig(workdir=tmp_path / "lab", nodes=1, port_base=22700, kube=False)
+    cfg = LabConfig(workdir=tmp_path / "lab", nodes=1, port_base=BASE["deb"], kube=False)
     lab = Lab(cfg)
     with pytest.raises(ComponentError) as err:
         lab.start()
@@ -157,7 +163,7 @@ def test_failed_go_build_is_named(tmp_path):
         }
     )
     out = subprocess.run(
-        [*CLI, "--workdir", str(tmp_path / "lab"), "up", "--nodes", "1", "--port-base", "22800"],
+        [*CLI, "--workdir", str(tmp_path / "lab"), "up", "--nodes", "1", "--port-base", str(BASE["go"])],
         capture_output=True,
         text=True,
         env=env,

@@ -2,7 +2,7 @@
 
 Peers are the real ones (OpenIPMI ipmi_sim, Net-SNMP snmpd with the pass_persist backend, snmpsim)
 started by :func:`noderemedy_lab.devices.start_devices`. Tests that change device state use a
-private set started by the module fixture ``devices`` (own supervisor, port base 26000, a power hook
+private set started by the module fixture ``devices`` (own supervisor, ports from this worker's range, a power hook
 that records its arguments), so they never disturb the session ``lab``; one test checks the
 session ``lab`` fixture's devices read-only.
 """
@@ -22,10 +22,13 @@ import pytest
 from noderemedy_lab.config import LabConfig
 from noderemedy_lab.devices import set_status_delay, start_devices
 from noderemedy_lab.procs import ComponentError, Supervisor
+from noderemedy_lab.pytest_plugin import worker_port_base
 
 pytestmark = pytest.mark.lab
 
-PORT_BASE = 26000
+#: this module's device peers, in this worker's port range (noderemedy_lab.pytest_plugin): ports
+#: +430..+434 and +520..+522, +450..+454 and +540..+541, +470..+474 and +560
+PORT_BASE = worker_port_base() + 420
 NODES = ["lab-node-0", "lab-node-1", "lab-node-2"]
 RPDU_CONTROL = "1.3.6.1.4.1.318.1.1.12.3.3.1.1.4"  # rPDUOutletControlCommand.N
 RPDU_STATUS = "1.3.6.1.4.1.318.1.1.12.3.5.1.1.4"  # rPDUOutletStatusOutletState.N
@@ -170,7 +173,7 @@ def hook_calls(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def device_lab(tmp_path_factory: pytest.TempPathFactory, hook_calls: Path):
-    """``(supervisor, info)``: a private set of device peers for 3 nodes (port base 26000) with a
+    """``(supervisor, info)``: a private set of device peers for 3 nodes (:data:`PORT_BASE`) with a
     power hook that appends its arguments to ``hook_calls``.
 
     Teardown stops them and fails if any process of their sessions (pass_persist scripts included)
@@ -455,7 +458,7 @@ def test_snmpsim_fc_switch_remembers_sets(devices: dict) -> None:
 
 # ------------------------------------------------------------------------------------- bad input
 def test_port_taken_raises_component_error_and_leaves_nothing_running(tmp_path: Path) -> None:
-    cfg = LabConfig(workdir=tmp_path / "lab", nodes=2, port_base=26500, kube=False)
+    cfg = LabConfig(workdir=tmp_path / "lab", nodes=2, port_base=PORT_BASE + 20, kube=False)
     sup = Supervisor(tmp_path / "logs")
     blocker = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     blocker.bind(("127.0.0.1", cfg.port("snmpsim-fc")))  # the last peer started: the others run by then
@@ -493,7 +496,7 @@ def test_port_taken_raises_component_error_and_leaves_nothing_running(tmp_path: 
 def test_bad_arguments_raise_before_anything_starts(
     tmp_path: Path, nodes: list[str], hook: list[str] | None, component: str, match: str
 ) -> None:
-    cfg = LabConfig(workdir=tmp_path / "lab", nodes=1, port_base=26700, kube=False)
+    cfg = LabConfig(workdir=tmp_path / "lab", nodes=1, port_base=PORT_BASE + 40, kube=False)
     sup = Supervisor(tmp_path / "logs")
     with pytest.raises(ComponentError, match=match) as err:
         start_devices(sup, cfg, nodes, hook)

@@ -10,6 +10,8 @@ import time
 import pytest
 from kube_helpers import kjson, wait_for
 from kube_helpers import namespace as kube_namespace
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 pytestmark = [pytest.mark.lab, pytest.mark.kube]
 
@@ -155,9 +157,14 @@ def test_out_of_service_taint_force_deletes_pods_of_a_dead_node(lab_kube, namesp
         )
         assert res.returncode == 0, res.stderr
 
+        core = client.CoreV1Api(lab_kube.api_client())
+
         def gone():
-            out = lab_kube.kubectl("-n", namespace, "get", "pod", "stuck", "-o", "name")
-            return "NotFound" in out.stderr
+            try:
+                core.read_namespaced_pod("stuck", namespace, _request_timeout=10)
+            except ApiException as exc:
+                return exc.status == 404
+            return False
 
         wait_for(gone, 90, "pod stuck force-deleted by the controller-manager")
     finally:

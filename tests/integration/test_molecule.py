@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 MOLECULE_DIR = ROOT / "extensions" / "molecule"
 BINDIR = Path(sys.executable).parent
 
-#: scenario -> the role it tests (the issue: a fence step with IPMI, with a PDU, with FC; drain;
+#: scenario -> the role it tests (a fence step with IPMI, with a PDU, with FC; drain;
 #: Metal3 reboot; static-pod fallback)
 SCENARIOS = {
     "fence_step_ipmi": "fence_step",

@@ -73,12 +73,6 @@ def drain_task(name: str, node: str, kubeconfig, **opts) -> dict:
 
 
 @pytest.fixture
-def play(run_playbook):
-    """The shared ``run_playbook`` (tests/conftest.py)."""
-    return run_playbook
-
-
-@pytest.fixture
 def namespace(lab_kube):
     with kube_namespace(lab_kube, "drain") as name:
         yield name
@@ -152,9 +146,9 @@ def by_prefix(pods: dict[str, dict], prefix: str) -> list[str]:
     return sorted(n for n in pods if n.startswith(prefix))
 
 
-def test_drain_refuses_pods_kubectl_would_refuse_and_changes_nothing(lab_kube, mixed_node, play):
+def test_drain_refuses_pods_kubectl_would_refuse_and_changes_nothing(lab_kube, mixed_node, run_playbook):
     ns, node, pods = mixed_node
-    res = play([drain_task("drain", node, lab_kube.kubeconfig)]).task("drain")
+    res = run_playbook([drain_task("drain", node, lab_kube.kubeconfig)]).task("drain")
     assert res["failed"] and res["reason"] == "invalid"
     msg = res["msg"]
     assert "DaemonSet-managed Pods (use ignore_daemonsets to ignore)" in msg
@@ -173,10 +167,10 @@ def test_drain_refuses_pods_kubectl_would_refuse_and_changes_nothing(lab_kube, m
     }
 
 
-def test_drain_check_mode_predicts_and_changes_nothing(lab_kube, mixed_node, play):
+def test_drain_check_mode_predicts_and_changes_nothing(lab_kube, mixed_node, run_playbook):
     ns, node, pods = mixed_node
     flags = {"ignore_daemonsets": True, "delete_emptydir_data": True, "force": True}
-    res = play([drain_task("drain", node, lab_kube.kubeconfig, **flags)], check=True).task("drain")
+    res = run_playbook([drain_task("drain", node, lab_kube.kubeconfig, **flags)], check=True).task("drain")
     assert not res.get("failed"), res
     assert res["changed"] is True
     expected = sorted(
@@ -194,10 +188,10 @@ def test_drain_check_mode_predicts_and_changes_nothing(lab_kube, mixed_node, pla
     assert not any(p["metadata"].get("deletionTimestamp") for p in now.values())
 
 
-def test_drain_evicts_the_right_pods_and_cordons(lab_kube, mixed_node, play):
+def test_drain_evicts_the_right_pods_and_cordons(lab_kube, mixed_node, run_playbook):
     ns, node, pods = mixed_node
     flags = {"ignore_daemonsets": True, "delete_emptydir_data": True, "force": True, "timeout": 120}
-    run = play(
+    run = run_playbook(
         [
             drain_task("drain", node, lab_kube.kubeconfig, **flags),
             drain_task("again", node, lab_kube.kubeconfig, **flags),
@@ -229,17 +223,19 @@ def test_drain_evicts_the_right_pods_and_cordons(lab_kube, mixed_node, play):
     assert again["changed"] is False and again["evicted"] == [] and again["cordoned"] is False
 
 
-def test_cordon_and_uncordon_are_idempotent_and_check_mode_is_honest(lab_kube, restore_node, play):
+def test_cordon_and_uncordon_are_idempotent_and_check_mode_is_honest(lab_kube, restore_node, run_playbook):
     node = FILTER_NODE
     restore_node(node)
     kc = lab_kube.kubeconfig
-    check = play([drain_task("cordon", node, kc, state="cordon")], check=True, diff=True).task("cordon")
+    check = run_playbook([drain_task("cordon", node, kc, state="cordon")], check=True, diff=True).task(
+        "cordon"
+    )
     assert check["changed"] is True and check["diff"] == {
         "before": {"unschedulable": False},
         "after": {"unschedulable": True},
     }
     assert not unschedulable(lab_kube, node)
-    run = play(
+    run = run_playbook(
         [
             drain_task("cordon", node, kc, state="cordon"),
             drain_task("cordon again", node, kc, state="cordon"),
@@ -248,7 +244,7 @@ def test_cordon_and_uncordon_are_idempotent_and_check_mode_is_honest(lab_kube, r
     assert run.task("cordon")["changed"] is True
     assert run.task("cordon again")["changed"] is False
     assert unschedulable(lab_kube, node)
-    run = play(
+    run = run_playbook(
         [
             drain_task("uncordon", node, kc, state="uncordon"),
             drain_task("uncordon again", node, kc, state="uncordon"),
@@ -290,7 +286,7 @@ def guarded(lab_kube, namespace, restore_node, tmp_path):
     return ns, node, pods
 
 
-def test_drain_waits_for_a_pdb_then_succeeds(lab_kube, guarded, play):
+def test_drain_waits_for_a_pdb_then_succeeds(lab_kube, guarded, run_playbook):
     ns, node, pods = guarded
     # while the module is retrying 429s, the budget is relaxed (as an operator would)
     relax = threading.Timer(
@@ -301,7 +297,7 @@ def test_drain_waits_for_a_pdb_then_succeeds(lab_kube, guarded, play):
     )
     relax.start()
     try:
-        res = play([drain_task("drain", node, lab_kube.kubeconfig, timeout=120)]).task("drain")
+        res = run_playbook([drain_task("drain", node, lab_kube.kubeconfig, timeout=120)]).task("drain")
     finally:
         relax.join()
     assert not res.get("failed"), res
@@ -312,9 +308,11 @@ def test_drain_waits_for_a_pdb_then_succeeds(lab_kube, guarded, play):
     assert not set(pods) & set(pods_on(lab_kube, node, ns))
 
 
-def test_drain_with_short_timeout_fails_naming_blocked_pods_and_restores_the_node(lab_kube, guarded, play):
+def test_drain_with_short_timeout_fails_naming_blocked_pods_and_restores_the_node(
+    lab_kube, guarded, run_playbook
+):
     ns, node, pods = guarded
-    res = play([drain_task("drain", node, lab_kube.kubeconfig, timeout=7)]).task("drain")
+    res = run_playbook([drain_task("drain", node, lab_kube.kubeconfig, timeout=7)]).task("drain")
     assert res["failed"] and res["reason"] == "timeout", res
     assert "timed out after 7 s" in res["msg"]
     for name in pods:
@@ -340,13 +338,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_node_that_does_not_exist(lab_kube, play):
-    res = play([drain_task("drain", "no-such-node", lab_kube.kubeconfig)]).task("drain")
+def test_node_that_does_not_exist(lab_kube, run_playbook):
+    res = run_playbook([drain_task("drain", "no-such-node", lab_kube.kubeconfig)]).task("drain")
     assert res["failed"] and res["reason"] == "not_found"
     assert res["msg"] == "node 'no-such-node' not found"
 
 
-def test_unreachable_api_server(lab_kube, play):
+def test_unreachable_api_server(lab_kube, run_playbook):
     task = {
         "name": "drain",
         "noderemedy.core.node_drain": {
@@ -356,21 +354,23 @@ def test_unreachable_api_server(lab_kube, play):
         },
         "ignore_errors": True,
     }
-    res = play([task]).task("drain")
+    res = run_playbook([task]).task("drain")
     assert res["failed"] and res["reason"] == "unreachable"
     assert "API server unreachable" in res["msg"]
     assert not unschedulable(lab_kube, FILTER_NODE)
 
 
-def test_kubeconfig_without_rights(lab_kube, play, tmp_path):
+def test_kubeconfig_without_rights(lab_kube, run_playbook, tmp_path):
     kc = identity(lab_kube, tmp_path, f"nobody-{uuid.uuid4().hex[:6]}")
-    res = play([drain_task("drain", FILTER_NODE, kc)]).task("drain")
+    res = run_playbook([drain_task("drain", FILTER_NODE, kc)]).task("drain")
     assert res["failed"] and res["reason"] == "forbidden", res
     assert "forbidden" in res["msg"] and FILTER_NODE in res["msg"]
     assert not unschedulable(lab_kube, FILTER_NODE)
 
 
-def test_rights_to_cordon_but_not_to_evict_leave_the_node_as_found(lab_kube, play, tmp_path, restore_node):
+def test_rights_to_cordon_but_not_to_evict_leave_the_node_as_found(
+    lab_kube, run_playbook, tmp_path, restore_node
+):
     """Cordoning works, listing pods is forbidden: the drain fails and the cordon is undone."""
     restore_node(FILTER_NODE)
     user = f"cordoner-{uuid.uuid4().hex[:6]}"
@@ -394,7 +394,7 @@ def test_rights_to_cordon_but_not_to_evict_leave_the_node_as_found(lab_kube, pla
         },
     )
     try:
-        res = play([drain_task("drain", FILTER_NODE, kc)]).task("drain")
+        res = run_playbook([drain_task("drain", FILTER_NODE, kc)]).task("drain")
     finally:
         lab_kube.kubectl("delete", "clusterrolebinding,clusterrole", role)
     assert res["failed"] and res["reason"] == "forbidden", res
@@ -403,23 +403,27 @@ def test_rights_to_cordon_but_not_to_evict_leave_the_node_as_found(lab_kube, pla
     assert not unschedulable(lab_kube, FILTER_NODE)
 
 
-def test_bad_option_names_the_field(lab_kube, play):
-    res = play([drain_task("drain", FILTER_NODE, lab_kube.kubeconfig, grace_period=-5)]).task("drain")
+def test_bad_option_names_the_field(lab_kube, run_playbook):
+    res = run_playbook([drain_task("drain", FILTER_NODE, lab_kube.kubeconfig, grace_period=-5)]).task("drain")
     assert res["failed"] and res["reason"] == "invalid"
     assert res["msg"].startswith("grace_period:")
-    res = play([drain_task("drain", FILTER_NODE, lab_kube.kubeconfig, pod_selector="app in (")]).task("drain")
+    res = run_playbook([drain_task("drain", FILTER_NODE, lab_kube.kubeconfig, pod_selector="app in (")]).task(
+        "drain"
+    )
     assert res["failed"] and res["msg"].startswith("pod_selector:"), res
     assert not unschedulable(lab_kube, FILTER_NODE)
 
 
-def test_credentials_from_k8s_auth_environment(lab_kube, play):
+def test_credentials_from_k8s_auth_environment(lab_kube, run_playbook):
     """kubernetes.core users set K8S_AUTH_KUBECONFIG once; the modules honour it."""
     task = {
         "name": "cordon",
         "noderemedy.core.node_drain": {"name": FILTER_NODE, "state": "cordon"},
         "ignore_errors": True,
     }
-    res = play([task], check=True, extra_env={"K8S_AUTH_KUBECONFIG": str(lab_kube.kubeconfig)}).task("cordon")
+    res = run_playbook([task], check=True, extra_env={"K8S_AUTH_KUBECONFIG": str(lab_kube.kubeconfig)}).task(
+        "cordon"
+    )
     assert not res.get("failed"), res
     assert res["changed"] is True and res["unschedulable"] is True
     assert not unschedulable(lab_kube, FILTER_NODE)

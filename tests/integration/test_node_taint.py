@@ -34,12 +34,6 @@ def taint_task(name: str, node: str, kubeconfig, **opts) -> dict:
 
 
 @pytest.fixture
-def play(run_playbook):
-    """The shared ``run_playbook`` (tests/conftest.py)."""
-    return run_playbook
-
-
-@pytest.fixture
 def namespace(lab_kube):
     with kube_namespace(lab_kube, "oos") as name:
         yield name
@@ -54,7 +48,9 @@ def dead_node(lab_kube):
     lab_kube.wait_nodes([DEAD], "True", 120)
 
 
-def test_out_of_service_on_a_fenced_node_releases_its_pods(lab_kube, namespace, dead_node, play, tmp_path):
+def test_out_of_service_on_a_fenced_node_releases_its_pods(
+    lab_kube, namespace, dead_node, run_playbook, tmp_path
+):
     ns, kc = namespace, lab_kube.kubeconfig
     affinity = prefer_node(DEAD, [DEAD, OTHER])
     pod = {"affinity": affinity, "containers": [{"name": "db", "image": "registry.invalid/db:1"}]}
@@ -68,20 +64,23 @@ def test_out_of_service_on_a_fenced_node_releases_its_pods(lab_kube, namespace, 
     assert first["spec"]["nodeName"] == DEAD, "the scheduler did not honour the preferred node"
 
     # a Ready node is refused, even with evidence
-    fenced = play([fence_task(lab_kube, DEAD)]).task("fence")
+    fenced = run_playbook([fence_task(lab_kube, DEAD)]).task("fence")
     assert not fenced.get("failed"), fenced
     evidence = fenced["fence"]
     assert evidence["verified"] is True and evidence["state"] == "off", evidence
-    res = play([taint_task("oos", READY, kc, taints=[OOS], fence_evidence=evidence)]).task("oos")
+    res = run_playbook([taint_task("oos", READY, kc, taints=[OOS], fence_evidence=evidence)]).task("oos")
     assert res["failed"] and res["reason"] == "conflict", res
     assert f"node {READY}: Ready is True" in res["msg"]
     assert not any(t["key"] == OOS["key"] for t in taints(lab_kube, READY))
 
+    # powered off: what the node lifecycle controller would write after its grace period, written
+    # now (that controller is not what this test is about)
+    lab_kube.mark_unreachable(DEAD)
     lab_kube.wait_nodes([DEAD], {"False", "Unknown"}, 120)
 
     # NotReady but no / unverified / stale evidence: refused
     stale = {**evidence, "verified_at": evidence["verified_at"] - 900}
-    run = play(
+    run = run_playbook(
         [
             taint_task("no evidence", DEAD, kc, taints=[OOS]),
             taint_task("unverified", DEAD, kc, taints=[OOS], fence_evidence={**evidence, "verified": False}),
@@ -94,7 +93,7 @@ def test_out_of_service_on_a_fenced_node_releases_its_pods(lab_kube, namespace, 
     assert not any(t["key"] == OOS["key"] for t in taints(lab_kube, DEAD))
 
     # check mode predicts the change and does nothing
-    check = play(
+    check = run_playbook(
         [taint_task("oos", DEAD, kc, taints=[OOS], fence_evidence=evidence, wait=True)], check=True
     ).task("oos")
     assert not check.get("failed"), check
@@ -102,7 +101,7 @@ def test_out_of_service_on_a_fenced_node_releases_its_pods(lab_kube, namespace, 
     assert not any(t["key"] == OOS["key"] for t in taints(lab_kube, DEAD))
 
     # the real thing: taint, then the controller-manager releases the pods
-    res = play(
+    res = run_playbook(
         [taint_task("oos", DEAD, kc, taints=[OOS], fence_evidence=evidence, wait=True, wait_timeout=240)]
     ).task("oos")
     assert not res.get("failed"), res
@@ -128,7 +127,7 @@ def test_out_of_service_on_a_fenced_node_releases_its_pods(lab_kube, namespace, 
     assert second["spec"]["nodeName"] == OTHER
 
     # idempotent, and removal needs no evidence
-    run = play(
+    run = run_playbook(
         [
             taint_task("again", DEAD, kc, taints=[OOS], fence_evidence=evidence),
             taint_task("remove", DEAD, kc, state="absent", taints=[{"key": OOS["key"]}]),
@@ -139,11 +138,11 @@ def test_out_of_service_on_a_fenced_node_releases_its_pods(lab_kube, namespace, 
     assert not any(t["key"] == OOS["key"] for t in taints(lab_kube, DEAD))
 
 
-def test_plain_taints_add_and_remove_idempotently(lab_kube, play):
+def test_plain_taints_add_and_remove_idempotently(lab_kube, run_playbook):
     kc = lab_kube.kubeconfig
     t = {"key": "noderemedy.io/test", "value": "x", "effect": "NoSchedule"}
     try:
-        run = play(
+        run = run_playbook(
             [
                 taint_task("add", READY, kc, taints=[t]),
                 taint_task("add again", READY, kc, taints=[t]),
@@ -168,7 +167,7 @@ def test_plain_taints_add_and_remove_idempotently(lab_kube, play):
         lab_kube.kubectl("taint", "node", READY, f"{t['key']}-")
 
 
-def test_taint_on_missing_node(lab_kube, play):
-    res = play([taint_task("t", "no-such-node", lab_kube.kubeconfig, taints=[OOS])]).task("t")
+def test_taint_on_missing_node(lab_kube, run_playbook):
+    res = run_playbook([taint_task("t", "no-such-node", lab_kube.kubeconfig, taints=[OOS])]).task("t")
     assert res["failed"] and res["reason"] == "not_found"
     assert res["msg"] == "node 'no-such-node' not found"

@@ -1,5 +1,5 @@
-"""noderemedy-runner end to end against the lab: the watcher process (``python -m
-noderemedy_runner.watcher``) drives NodeFence and Metal3Remediation objects on the real
+"""noderemedy-runner end to end against the lab: the runner (``noderemedy-runner --reconcile-only``:
+the NodeFences are the tests' own) drives NodeFence and Metal3Remediation objects on the real
 kube-apiserver, running the real playbooks (ansible-runner) against the real ipmi_sim BMCs and the
 snmpd FC switch, with kwok nodes turned NotReady by cutting their BMC power.
 
@@ -14,11 +14,8 @@ from __future__ import annotations
 import base64
 import json
 import os
-import signal
 import socket
 import statistics
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -26,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from kube_helpers import apply, prefer_node, statefulset, wait_for
-from kubernetes import client, config
+from kube_helpers import apply, kjson, prefer_node, statefulset, wait_for
+from kubernetes import client
 from kubernetes.client.rest import ApiException
+from runner_harness import Runner, delete_nodefences
 
 from noderemedy_runner.executor import Executor, private_dir_name
 from noderemedy_runner.kube.errors import Conflict
@@ -43,33 +40,6 @@ NF = ("remediation.noderemedy.io", "v1alpha1", "nodefences")
 M3 = ("infrastructure.cluster.x-k8s.io", "v1beta1", "metal3remediations")
 OOS = "node.kubernetes.io/out-of-service"
 DEAD, OTHER, SPARE = "lab-node-1", "lab-node-2", "lab-node-0"
-
-
-@pytest.fixture(scope="module")
-def api(lab_kube: Any) -> Iterator[client.ApiClient]:
-    """Admin ApiClient with the CRDs of deploy/crds/ installed and Established."""
-    api_client = config.new_client_from_config(str(lab_kube.kubeconfig))
-    ext = client.ApiextensionsV1Api(api_client)
-    names = []
-    for path in sorted((ROOT / "deploy" / "crds").glob("*.yaml")):
-        body = yaml.safe_load(path.read_text())
-        names.append(body["metadata"]["name"])
-        try:
-            ext.create_custom_resource_definition(body)
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-    for name in names:
-        wait_for(
-            lambda n=name: any(
-                c.type == "Established" and c.status == "True"
-                for c in (ext.read_custom_resource_definition(n).status.conditions or [])
-            ),
-            60,
-            f"CRD {name} Established",
-        )
-    yield api_client
-    api_client.close()
 
 
 def fence_config(
@@ -147,54 +117,8 @@ def fence_ns(lab_kube: Any, api: client.ApiClient) -> Iterator[FenceNamespace]:
         )
         ns.standard(node)
     yield ns
+    delete_nodefences(api)  # the next module on this lab starts without them
     core.delete_namespace(name)
-
-
-class Runner:
-    """One ``python -m noderemedy_runner.watcher`` process (restartable, same data dir)."""
-
-    def __init__(self, lab: Any, namespace: str, data_dir: Path, args: list[str]) -> None:
-        self.lab, self.namespace, self.data_dir, self.args = lab, namespace, data_dir, args
-        self.log = data_dir.parent / f"{data_dir.name}.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.starts = 0
-
-    def start(self) -> None:
-        argv = [
-            sys.executable, "-m", "noderemedy_runner.watcher",
-            "--kubeconfig", str(self.lab.kubeconfig), "--data-dir", str(self.data_dir),
-            "--namespace", self.namespace, "--poll-interval", "0.2",
-            "--env", f"SNMP_PERSISTENT_DIR={self.lab.info['devices']['snmp_persistent_dir']}",
-            *self.args,
-        ]  # fmt: skip
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
-        self.starts += 1
-
-    def lines(self) -> list[dict[str, Any]]:
-        """The runner's JSON log lines so far (other output, e.g. a traceback, skipped)."""
-        out = []
-        for raw in self.log.read_text().splitlines() if self.log.exists() else []:
-            try:
-                out.append(json.loads(raw))
-            except ValueError:
-                continue
-        return out
-
-    def kill9(self) -> None:
-        """SIGKILL the runner process this test started (by its PID)."""
-        assert self.proc is not None
-        os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(30)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(40)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
 
 
 POLICY = [
@@ -210,9 +134,12 @@ def runner(
     made: list[Runner] = []
 
     def make(*args: str) -> Runner:
-        r = Runner(lab_kube, fence_ns.name, tmp_path / f"runner{len(made)}", [*POLICY, *args])
+        snmp_dir = lab_kube.info["devices"]["snmp_persistent_dir"]
+        r = Runner(
+            lab_kube, fence_ns.name, tmp_path, "--reconcile-only", "--poll-interval", "0.2",
+            "--run-env", f"SNMP_PERSISTENT_DIR={snmp_dir}", *POLICY, *args, identity=f"runner{len(made)}",
+        )  # fmt: skip
         made.append(r)
-        r.start()
         return r
 
     yield make
@@ -255,7 +182,7 @@ def assert_no_secret(lab: Any, api: client.ApiClient, r: Runner, extra: list[str
                 continue
             data = path.read_bytes()
             hits += [f"{path}" for v in values if v in data]
-    log = r.log.read_bytes() if r.log.exists() else b""
+    log = r.log_path.read_bytes() if r.log_path.exists() else b""
     hits += ["runner log" for v in values if v in log]
     co = client.CustomObjectsApi(api)
     events = json.dumps(client.CoreV1Api(api).list_event_for_all_namespaces().to_dict(), default=str).encode()
@@ -265,7 +192,7 @@ def assert_no_secret(lab: Any, api: client.ApiClient, r: Runner, extra: list[str
     ).encode()
     hits += ["status" for v in values if v in statuses]
     assert not hits, f"secret values found in: {sorted(set(hits))}"
-    assert r.log.exists() and r.data_dir.exists(), "the grep needs the runner's log and data dir"
+    assert r.log_path.exists() and r.data_dir.exists(), "the grep needs the runner's log and data dir"
 
 
 def nodefence(co: client.CustomObjectsApi, name: str, node: str) -> dict:
@@ -292,9 +219,7 @@ def private_dir(r: Runner, obj: dict) -> Path:
 
 
 def taint_present(lab: Any, node: str) -> bool:
-    out = lab.kubectl("get", "node", node, "-o", "json")
-    assert out.returncode == 0, out.stderr
-    return any(t.get("key") == OOS for t in json.loads(out.stdout)["spec"].get("taints") or [])
+    return any(t.get("key") == OOS for t in kjson(lab, "get", "node", node)["spec"].get("taints") or [])
 
 
 def oos_on(core: client.CoreV1Api, node: str) -> bool:
@@ -337,8 +262,7 @@ def db_statefulset(lab: Any, ns: str, tmp: Path) -> None:
 
 
 def db0(lab: Any, ns: str) -> dict | None:
-    out = lab.kubectl("get", "pods", "-n", ns, "-l", "app=db", "-o", "json")
-    items = json.loads(out.stdout)["items"] if out.returncode == 0 else []
+    items = kjson(lab, "get", "pods", "-n", ns, "-l", "app=db")["items"]
     return items[0] if items else None
 
 
@@ -933,7 +857,7 @@ def test_taint_follows_verified_power_off_five_times_and_prints_latency(
     """isolation=ipmi-off (power off, read back), recovery=ipmi-on; node already NotReady; grace 0.
 
     Five NodeFences in a row each end with FenceVerified=True and the taint; the time from creation
-    to the taint is printed (a figure for the issue notes, never asserted: ``pytest -s -k latency``)."""
+    to the taint is printed (a figure, never asserted: ``pytest -s -k latency``)."""
     port = lab_kube.info["devices"]["fc_ports"][DEAD]
     fence_ns.put("config_map", fence_config(DEAD, port, "ipmi-off", "", "ipmi-on fc-on"))
     co = client.CustomObjectsApi(api)

@@ -25,13 +25,12 @@ from typing import Any
 import pytest
 from kube_helpers import wait_for
 from kubernetes import client
+from runner_harness import Runner
 from test_runner_e2e import (  # noqa: F401 - fixtures are used by name
     DEAD,
     OTHER,
     SPARE,
     FenceNamespace,
-    Runner,
-    api,
     conds,
     dead,
     fence_config,
@@ -106,7 +105,7 @@ def hung(lab_kube: Any) -> Iterator[str]:
 @pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
 def test_stopped_at_every_step_the_runner_resumes_without_repeating_a_power_cycle(
     lab_kube: Any,
-    api: client.ApiClient,  # noqa: F811
+    api: client.ApiClient,
     fence_ns: FenceNamespace,  # noqa: F811
     runner: Callable[..., Runner],  # noqa: F811
     hung: str,
@@ -197,7 +196,7 @@ def test_stopped_at_every_step_the_runner_resumes_without_repeating_a_power_cycl
 @pytest.mark.timeout(300)
 def test_a_missing_node_or_a_config_naming_another_node_touches_no_device(
     lab_kube: Any,
-    api: client.ApiClient,  # noqa: F811
+    api: client.ApiClient,
     fence_ns: FenceNamespace,  # noqa: F811
     runner: Callable[..., Runner],  # noqa: F811
     dead: str,  # noqa: F811

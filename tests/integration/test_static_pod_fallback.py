@@ -20,10 +20,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from operand_harness import StaticPodKubelet
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from operand_harness import StaticPodKubelet  # noqa: E402
+from noderemedy_lab.pytest_plugin import worker_port_base
 
 pytestmark = [pytest.mark.lab, pytest.mark.kube]
 
@@ -33,16 +32,16 @@ ANN = "startup-monitor.static-pods.openshift.io/"
 
 
 def free_port() -> int:
-    """A free TCP port on 127.0.0.1 in 29000-29999 (away from the lab's layout)."""
+    """A free TCP port on 127.0.0.1 in this worker's range, +580..+599 (past every lab's)."""
     for _ in range(200):
-        port = random.randint(29000, 29999)
+        port = worker_port_base() + random.randint(580, 599)
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
         return port
-    raise RuntimeError("no free port in 29000-29999")
+    raise RuntimeError(f"no free port in {worker_port_base() + 580}-{worker_port_base() + 599}")
 
 
 def run_module(collections_path: Path, module: str, args: dict, timeout: float = 600) -> dict:

@@ -17,13 +17,10 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from watcher_harness import (  # noqa: F401 - the *_fixture names register fixtures
+from runner_harness import (
     Runner,
-    api_fixture,
     events,
-    namespace_fixture,
     nodefences,
-    runners_fixture,
     wait_for,
     write_config,
 )
@@ -83,7 +80,7 @@ def test_dry_run_decides_and_writes_nothing(
 ) -> None:
     node = dead_node(api)
     extra_nodes.append(node)
-    r = Runner(lab_kube, namespace, write_config(tmp_path, CONFIG), tmp_path, "--dry-run", "--with-watcher")
+    r = Runner(lab_kube, namespace, tmp_path, "--dry-run", config=write_config(tmp_path, CONFIG))
     runners.append(r)
     line = wait_for(
         lambda: [ln for ln in r.logged("^dry run: would create NodeFence$") if ln["node"] == node],
@@ -113,7 +110,7 @@ def test_excluded_node_is_refused_with_an_event(
 ) -> None:
     excluded = dead_node(api, {MEDIK8S_EXCLUDE_LABEL: "true"})
     extra_nodes.append(excluded)
-    r = Runner(lab_kube, namespace, write_config(tmp_path, CONFIG), tmp_path)
+    r = Runner(lab_kube, namespace, tmp_path, "--detect-only", config=write_config(tmp_path, CONFIG))
     runners.append(r)
     refused = wait_for(lambda: events(api, "Node", excluded), 30, "the refusal Event")
     assert refused[0].reason == "RemediationRefused" and refused[0].type == "Warning"
@@ -152,7 +149,7 @@ def test_node_lease_of_another_remediator_blocks_fencing(
             ),
         ),
     )
-    r = Runner(lab_kube, namespace, write_config(tmp_path, CONFIG), tmp_path)
+    r = Runner(lab_kube, namespace, tmp_path, "--detect-only", config=write_config(tmp_path, CONFIG))
     runners.append(r)
     refused = wait_for(lambda: events(api, "Node", node), 30, "the refusal Event")
     assert refused[0].reason == "RemediationRefused"

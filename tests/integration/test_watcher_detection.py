@@ -15,15 +15,11 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from watcher_harness import (  # noqa: F401 - the *_fixture names register fixtures
+from runner_harness import (
     Runner,
-    api_fixture,
     events,
-    namespace_fixture,
     nodefences,
-    powered_on_fixture,
     ready_condition,
-    runners_fixture,
     wait_for,
     write_config,
 )
@@ -53,7 +49,7 @@ def test_powered_off_node_gets_one_nodefence_after_the_period_then_cancel(
 ) -> None:
     lab = powered_on
     node = lab.info["nodes"][1]
-    r = Runner(lab, namespace, write_config(tmp_path, config()), tmp_path)
+    r = Runner(lab, namespace, tmp_path, "--detect-only", config=write_config(tmp_path, config()))
     runners.append(r)
     wait_for(
         lambda: r.metric("noderemedy_selected_nodes", {"configuration": "lab"}) == 3,
@@ -139,7 +135,7 @@ def test_flapping_node_is_not_fenced_until_down_a_full_period(
     lab = powered_on
     node = lab.info["nodes"][2]
     period = 20
-    r = Runner(lab, namespace, write_config(tmp_path, config(period)), tmp_path)
+    r = Runner(lab, namespace, tmp_path, "--detect-only", config=write_config(tmp_path, config(period)))
     runners.append(r)
     wait_for(
         lambda: r.metric("noderemedy_selected_nodes", {"configuration": "lab"}) == 3,

@@ -11,13 +11,9 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from watcher_harness import (  # noqa: F401 - the *_fixture names register fixtures
+from runner_harness import (
     Runner,
-    api_fixture,
-    namespace_fixture,
     nodefences,
-    powered_on_fixture,
-    runners_fixture,
     wait_for,
     write_config,
 )
@@ -56,9 +52,9 @@ def test_only_the_leader_acts_and_the_follower_takes_over_after_kill_9(
 ) -> None:
     lab = powered_on
     cfg = write_config(tmp_path, CONFIG)
-    a = Runner(lab, namespace, cfg, tmp_path, *LEASE, identity="replica-a")
+    a = Runner(lab, namespace, tmp_path, "--detect-only", *LEASE, config=cfg, identity="replica-a")
     runners.append(a)
-    b = Runner(lab, namespace, cfg, tmp_path, *LEASE, identity="replica-b")
+    b = Runner(lab, namespace, tmp_path, "--detect-only", *LEASE, config=cfg, identity="replica-b")
     runners.append(b)
     first = wait_for(lambda: holder(api, namespace), 30, "a leader")
     leader, follower = (a, b) if first == a.identity else (b, a)

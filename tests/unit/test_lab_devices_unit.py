@@ -111,7 +111,8 @@ def test_snmprec_records_are_sorted_unique_and_carry_sys_object_id(device: str, 
     assert ("1.3.6.1.2.1.1.2.0", "6", snmp.SYS_OBJECT_IDS[device].lstrip(".")) in recs
     path = snmp.write_snmprec(tmp_path, "c0ffee12", recs)
     assert path.name == "c0ffee12.snmprec"
-    assert os.stat(tmp_path / "self.snmprec").st_ino == os.stat(path).st_ino  # hard link (pitfall 12)
+    # a hard link: snmpsim deduplicates a symlink
+    assert os.stat(tmp_path / "self.snmprec").st_ino == os.stat(path).st_ino
     assert path.read_text().splitlines()[0].count("|") == 2
 
 
@@ -196,7 +197,7 @@ def test_backend_get_getnext_and_set_with_trailing_blank_line(rpdu) -> None:
         "string",
         "lab-node-1",
     ]
-    # net-snmp 5.9.3 sends a blank line after a SET (pitfall 15): it must not be answered
+    # net-snmp 5.9.3 sends a blank line after a SET: it must not be answered
     assert backend.ask("set", ".1.3.6.1.4.1.318.1.1.12.3.3.1.1.4.1", "integer 2", "") == ["DONE"]
     assert backend.ask("PING") == ["PONG"]
     assert backend.ask("get", status1, answers=3)[2] == "2"

@@ -21,7 +21,7 @@ It is re-read on every request (so a test may edit it, under the ``<state>.lock`
 rewritten atomically on every SET. ``delay`` > 0 makes the status OIDs keep showing the previous
 value for that many seconds after a SET (a slow PDU or switch).
 
-Protocol notes (lab reference pitfall 15): net-snmp 5.9.3 ends a pass_persist SET with an extra
+Protocol notes: net-snmp 5.9.3 ends a pass_persist SET with an extra
 blank line, which must be ignored, not answered.
 """
 

@@ -90,7 +90,7 @@ class PodWatch(threading.Thread):
                 for line in lines:
                     if line.strip() and not self._event(json.loads(line)):
                         return
-        except Exception:  # noqa: BLE001 - any failure means: fall back to listing
+        except Exception:  # any failure means: fall back to listing
             return
         finally:
             self.healthy = False
@@ -129,5 +129,5 @@ class PodWatch(threading.Thread):
         if shutdown is not None:
             try:
                 shutdown()
-            except Exception:  # noqa: BLE001 - a stream that is already gone
+            except Exception:  # a stream that is already gone
                 pass

@@ -77,7 +77,7 @@ class Informer:
                     )
                     missing_logged = True
                 stop.wait(self.missing_retry)
-            except Exception as exc:  # noqa: BLE001 - any failure of the stream: relist
+            except Exception as exc:  # any failure of the stream: relist
                 self.errors += 1
                 log.warning("%s watch: %s; relisting", self.name, classify(exc, f"watch {self.name}"))
                 stop.wait(1.0)

@@ -67,7 +67,7 @@ class _StoppableElection(leaderelection.LeaderElection):
             try:
                 if self.try_acquire_or_renew():  # type: ignore[no-untyped-call]
                     return True
-            except Exception as exc:  # noqa: BLE001 - the library raises on transport errors
+            except Exception as exc:  # the library raises on transport errors
                 log.warning("leader election: acquire attempt failed: %s", exc)
             self.stop.wait(self.election_config.retry_period)
         return False
@@ -83,7 +83,7 @@ class _StoppableElection(leaderelection.LeaderElection):
             while time.monotonic() < deadline and not self.stop.is_set():
                 try:
                     ok = self.try_acquire_or_renew()  # type: ignore[no-untyped-call]
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:
                     log.warning("leader election: renew attempt failed: %s", exc)
                     ok = False
                 if ok:

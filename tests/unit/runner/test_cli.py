@@ -58,6 +58,12 @@ def test_installed_entry_point() -> None:
             "out_of_service_taint.yml",
         ),
         (["--log-level", "loud"], "argument --log-level: invalid choice: 'loud'"),
+        (["--step-retries", "-1"], "--step-retries: -1 must not be negative"),
+        (["--restart-delay", "-2"], "--restart-delay: -2.0 must not be negative"),
+        (["--recovery-timeout", "0"], "--recovery-timeout: 0.0 must be positive"),
+        (["--poll-interval", "0"], "--poll-interval: 0.0 must be positive"),
+        (["--run-env", "NOEQUALS"], "--run-env: 'NOEQUALS' is not NAME=VALUE"),
+        (["--detect-only", "--reconcile-only"], "not allowed with argument --detect-only"),
         (["--metal3-selector", "{"], "argument --metal3-selector: Expecting property name"),
         (
             ["--metal3-selector", '{"matchExpressions": [{"key": "a", "operator": "Near"}]}'],
@@ -133,3 +139,23 @@ def test_metal3_selector_parses_a_label_selector() -> None:
     )
     assert args.metal3_selector.matches({"cluster.x-k8s.io/cluster-name": "lab"})
     assert not args.metal3_selector.matches({"cluster.x-k8s.io/cluster-name": "prod"})
+
+
+def test_policy_flags_default_to_the_machine_defaults() -> None:
+    """One entry point: every NodeFencePolicy setting has a flag, defaulting to the machine's own
+    default (docs/state-machines.md), except the grace period, which the Configuration's period
+    already applies."""
+    from noderemedy_runner.nodefence import NodeFencePolicy
+
+    args = build_parser().parse_args([])
+    policy = NodeFencePolicy()
+    assert (args.step_retries, args.retry_delay, args.max_restarts, args.restart_delay) == (
+        policy.step_retries,
+        policy.retry_delay_seconds,
+        policy.max_restarts,
+        policy.restart_delay_seconds,
+    )
+    assert args.recovery_timeout == policy.recovery_timeout_seconds
+    assert (args.grace_seconds, args.poll_interval, args.run_env) == (0.0, 0.5, [])
+    args = build_parser().parse_args(["--run-env", "A=1", "--run-env", "B=x=y", "--reconcile-only"])
+    assert args.run_env == ["A=1", "B=x=y"] and args.reconcile_only and not args.detect_only

@@ -37,7 +37,7 @@ def _iop(v: int | str) -> IntOrPercent:
 @pytest.mark.parametrize(
     ("guard", "total", "unhealthy", "allowed"),
     [
-        # the demo: maxUnhealthy 40% of 3 → 1.2 rounded down → 1: 2 of 3 down is a storm
+        # the demo's: maxUnhealthy 40% of 3 → 1.2 rounded down → 1: 2 of 3 down is a storm
         (max_unhealthy("40%"), 3, 1, True),
         (max_unhealthy("40%"), 3, 2, False),
         # rounding up would have allowed it (2 <= ceil(1.2)): that is the rule we do NOT use here

@@ -95,11 +95,6 @@ def test_classify_http_status(status, reason):
     assert (err.reason, err.status, err.message) == (reason, status, "the message")
 
 
-def test_classify_keeps_retry_after_seconds():
-    err = classify(api_error(429, "Cannot evict pod", {"Retry-After": "10"}))
-    assert err.retry_after == 10.0
-
-
 def test_classify_connection_errors():
     refused = urllib3.exceptions.MaxRetryError(
         None, "/", urllib3.exceptions.NewConnectionError(None, "Connection refused")

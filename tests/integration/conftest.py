@@ -1,0 +1,105 @@
+"""Fixtures of the integration tests that drive the lab's API server and the runner.
+
+* ``api``: the lab's admin ApiClient with every CRD under ``deploy/crds/`` installed (created, or
+  replaced when present) and Established -- once per module;
+* ``namespace``: a fresh namespace for a runner (Leases, status ConfigMap); NodeFences deleted after;
+* ``runners``: the :class:`~runner_harness.Runner` objects a test starts; those still alive are
+  stopped after it;
+* ``powered_on``: the lab, every node powered on and Ready again after the test.
+
+The lab itself (``lab``, ``lab_kube``) comes from the ``noderemedy_lab`` pytest plugin, and
+``run_playbook`` from ``tests/conftest.py``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+from kube_helpers import wait_for
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from runner_harness import CRD_DIR, Runner, delete_nodefences
+
+
+def _install(ext: client.ApiextensionsV1Api, body: dict, source: str) -> bool:
+    """Create the CRD ``body``, or replace the one there; False while one of the same name is
+    still being deleted (a module's teardown may delete the CRDs without waiting)."""
+    name = body["metadata"]["name"]
+    try:
+        ext.create_custom_resource_definition(body)
+        return True
+    except ApiException as exc:
+        if exc.status != 409:
+            raise AssertionError(f"{source} rejected by the API server: {exc.body}") from exc
+    try:
+        current = ext.read_custom_resource_definition(name)
+        if current.metadata.deletion_timestamp is not None:
+            return False
+        ext.replace_custom_resource_definition(
+            name,
+            {**body, "metadata": {**body["metadata"], "resourceVersion": current.metadata.resource_version}},
+        )
+    except ApiException as exc:
+        if exc.status in (404, 409):  # gone or changed meanwhile: try again
+            return False
+        raise AssertionError(f"{source} rejected by the API server: {exc.body}") from exc
+    return True
+
+
+@pytest.fixture(scope="module")
+def api(lab_kube: Any) -> client.ApiClient:
+    """The lab's admin ApiClient, with every CRD under deploy/crds/ installed and Established (per
+    module: a module may delete them, as test_deploy.py's teardown does with the kustomization)."""
+    api_client = lab_kube.api_client()
+    ext = client.ApiextensionsV1Api(api_client)
+    names = []
+    for path in sorted(CRD_DIR.glob("*.yaml")):
+        body = yaml.safe_load(path.read_text())
+        names.append(body["metadata"]["name"])
+        wait_for(lambda body=body, path=path: _install(ext, body, path.name), 120, f"{path.name} installed")
+
+    def established(name: str) -> bool:
+        conds = {
+            c.type: c.status for c in (ext.read_custom_resource_definition(name).status.conditions or [])
+        }
+        return conds.get("Established") == "True" and conds.get("NamesAccepted") == "True"
+
+    for name in names:
+        wait_for(lambda n=name: established(n), 60, f"CRD {name} Established")
+    return api_client
+
+
+@pytest.fixture
+def namespace(api: client.ApiClient) -> Iterator[str]:
+    """A fresh namespace for the runner (Leases, status ConfigMap); NodeFences (cluster-scoped)
+    deleted before and after."""
+    name = f"nr-{uuid.uuid4().hex[:8]}"
+    core = client.CoreV1Api(api)
+    delete_nodefences(api)
+    core.create_namespace({"metadata": {"name": name}})
+    yield name
+    delete_nodefences(api)
+    core.delete_namespace(name)
+
+
+@pytest.fixture
+def runners() -> Iterator[list[Runner]]:
+    """Runners started by a test; every one still alive is stopped afterwards."""
+    started: list[Runner] = []
+    yield started
+    for r in started:
+        if r.alive():
+            r.stop()
+
+
+@pytest.fixture
+def powered_on(lab_kube: Any) -> Iterator[Any]:
+    """The lab, with every node powered on and Ready again after the test."""
+    yield lab_kube
+    for node in lab_kube.info["nodes"]:
+        lab_kube.power_on(node)
+    lab_kube.wait_nodes(lab_kube.info["nodes"], "True", 90)
