@@ -55,3 +55,12 @@ def lab_kube(lab: Lab) -> Lab:
     if lab.kubeconfig is None:
         pytest.fail("this test needs the lab's control plane; unset NODEREMEDY_LAB_KUBE=0")
     return lab
+
+
+@pytest.fixture(scope="session")
+def redfish_peer(lab: Lab) -> dict:
+    """The lab's Redfish BMC (sushy-tools emulator), started the first time a test asks for it.
+
+    Its endpoint: see :func:`noderemedy_lab.redfish.start_peer`.
+    """
+    return lab.ensure_peer("redfish")

@@ -36,13 +36,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from noderemedy_runner.actions import Action, FenceReading, MethodReading, reading_from_methods
+from noderemedy_runner.actions import (
+    POWER_DEVICE_TYPES,
+    Action,
+    FenceReading,
+    MethodReading,
+    reading_from_methods,
+)
 
 log = logging.getLogger(__name__)
 
 #: Fencing modules whose results are collected (FQCN → device type).
 FENCE_MODULES: dict[str, str] = {
     "noderemedy.core.ipmi_power": "ipmi",
+    "noderemedy.core.redfish_power": "redfish",
     "noderemedy.core.pdu_outlet": "pdu",
     "noderemedy.core.fc_port": "fc",
 }
@@ -195,7 +202,7 @@ def fence_reading(
     if reading is None or not reading.fenced:
         return reading, None
     pairs = list(zip(readings, outcome.modules, strict=False))
-    wanted = ("ipmi", "pdu") if reading.kind == "power_off" else ("fc",)
+    wanted = POWER_DEVICE_TYPES if reading.kind == "power_off" else ("fc",)
     for r, res in pairs:
         if r.device_type in wanted and r.action == "off" and r.state == "off":
             return reading, dict(res.fence)

@@ -17,18 +17,21 @@ Format (node remedy seed, "Bare-metal configmaps"; DESIGN.md "NodeFence")::
     # ConfigMap fence-method-template-<name>
     data:
       template.properties: |
-        type=pdu                         # ipmi | pdu | fc (or the seed's agent_name=fence_...)
+        type=pdu                         # ipmi | redfish | pdu | fc (or the seed's agent_name=fence_...)
         model=eaton                      # pdu: auto | apc-rpdu | apc-ms | apc-ms6 | eaton |
                                          #      eaton-managed | eaton-switched | generic
-                                         # fc: ifmib | cisco-mds; ipmi: none
-        address=127.0.0.1:16013          # host[:port] or scheme://host[:port]
+                                         # fc: ifmib | cisco-mds; ipmi, redfish: none
+        address=127.0.0.1:16013          # host[:port] or scheme://host[:port]; redfish: https://
+                                         # (default), http://, redfish://, redfish+http(s)://
         secret=eaton-pdu-credentials     # the Secret holding the credentials (its *name*)
         snmp_version=2c                  # optional non-secret device options, per type
                                          # (DEVICE_OPTIONS), passed to the module as they are
 
 Credentials never live in these ConfigMaps: ``password=``, ``username=``, ``community=`` and the
 like are rejected with a pointer to ``secret=``. The parsed result carries Secret *names* only.
-Device types map to modules: ``ipmi`` → ``noderemedy.core.ipmi_power``, ``pdu`` →
+A redfish method's ``plug=`` is optional: the system's URI or its Id/Name (without it, the BMC's
+only system). Device types map to modules: ``ipmi`` → ``noderemedy.core.ipmi_power``,
+``redfish`` → ``noderemedy.core.redfish_power``, ``pdu`` →
 ``noderemedy.core.pdu_outlet``, ``fc`` → ``noderemedy.core.fc_port``; ``model`` maps to the
 module's ``profile`` (:data:`MODEL_PROFILES`) and a method's ``action`` to the module's
 ``state`` (:data:`ACTION_STATES`: fc ``off``/``on`` are ``disabled``/``enabled``).
@@ -45,7 +48,7 @@ from typing import Any, Literal
 
 from noderemedy_runner.actions import Step
 
-DeviceType = Literal["ipmi", "pdu", "fc"]
+DeviceType = Literal["ipmi", "redfish", "pdu", "fc"]
 
 CONFIG_PREFIX = "fence-config-"
 METHOD_PREFIX = "fence-method-"
@@ -55,6 +58,7 @@ TEMPLATE_KEY = "template.properties"
 
 DEVICE_MODULES: dict[str, str] = {
     "ipmi": "noderemedy.core.ipmi_power",
+    "redfish": "noderemedy.core.redfish_power",
     "pdu": "noderemedy.core.pdu_outlet",
     "fc": "noderemedy.core.fc_port",
 }
@@ -62,6 +66,7 @@ DEVICE_MODULES: dict[str, str] = {
 #: ``eaton`` is fence_eaton_snmp's behaviour: detect managed/switched by sysObjectID (``auto``).
 MODEL_PROFILES: dict[str, dict[str, str]] = {
     "ipmi": {},
+    "redfish": {},
     "pdu": {
         "auto": "auto",
         "apc-rpdu": "apc_rpdu",
@@ -77,12 +82,14 @@ MODEL_PROFILES: dict[str, dict[str, str]] = {
 PDU_MODELS = tuple(MODEL_PROFILES["pdu"])
 DEVICE_ACTIONS: dict[str, tuple[str, ...]] = {
     "ipmi": ("on", "off", "reboot"),
+    "redfish": ("on", "off", "reboot"),
     "pdu": ("on", "off", "reboot"),
     "fc": ("on", "off"),
 }
 #: A method's ``action`` → the module's ``state``.
 ACTION_STATES: dict[str, dict[str, str]] = {
     "ipmi": {"on": "on", "off": "off", "reboot": "reboot"},
+    "redfish": {"on": "on", "off": "off", "reboot": "reboot"},
     "pdu": {"on": "on", "off": "off", "reboot": "reboot"},
     "fc": {"on": "enabled", "off": "disabled"},
 }
@@ -94,11 +101,14 @@ _SNMP_OPTIONS: dict[str, tuple[str, ...] | None] = {
 }
 _INT = ("<integer>",)
 _OID = ("<oid>",)
+_URI = ("<uri>",)
+_URI_RE = re.compile(r"^/[A-Za-z0-9_.~!$&'()*+,;=:@%/-]*$")
 _OID_RE = re.compile(r"^\.?[0-9]+(\.[0-9]+)+$")
 #: Non-secret device options a template may set, per type, with their allowed values (``_INT``:
 #: an integer, ``_OID``: a dotted OID, ``_BOOL``: true/false). Names are the modules' options.
 DEVICE_OPTIONS: dict[str, dict[str, tuple[str, ...] | None]] = {
     "ipmi": {"cipher": ("3", "17"), "privlvl": ("callback", "user", "operator", "administrator")},
+    "redfish": {"ssl_insecure": ("true", "false"), "redfish_uri": _URI},
     "pdu": {
         **_SNMP_OPTIONS,
         "status_oid": _OID,
@@ -123,11 +133,21 @@ _GENERIC_ONLY = (
 #: The seed's fence-agents ``agent_name=`` values and the (type, model) they stand for.
 SEED_AGENTS: dict[str, tuple[str, str | None]] = {
     "fence_ipmilan": ("ipmi", None),
+    "fence_redfish": ("redfish", None),
     "fence_apc_snmp": ("pdu", "auto"),
     "fence_eaton_snmp": ("pdu", "eaton"),
     "fence_ifmib": ("fc", "ifmib"),
     "fence_brocade": ("fc", "ifmib"),  # driven through the switch's IF-MIB, not fence_brocade's telnet
     "fence_cisco_mds": ("fc", "cisco-mds"),
+}
+#: Address schemes of a redfish template → HTTPS (Metal3's BareMetalHost ``spec.bmc.address``
+#: schemes, plus plain ``https``/``http``); no scheme means HTTPS.
+REDFISH_SCHEMES: dict[str, bool] = {
+    "https": True,
+    "redfish": True,
+    "redfish+https": True,
+    "http": False,
+    "redfish+http": False,
 }
 #: config.properties keys → NodeFence step.
 STEP_KEYS: dict[str, Step] = {
@@ -368,6 +388,8 @@ def _device_options(
             ok = value.isdigit()
         elif choices == _OID:
             ok = bool(_OID_RE.match(value))
+        elif choices == _URI:
+            ok = bool(_URI_RE.match(value))
         else:
             ok = choices is None or value in choices
         if not ok:
@@ -376,6 +398,8 @@ def _device_options(
                 if choices == _INT
                 else "a dotted OID"
                 if choices == _OID
+                else "an absolute path (/...)"
+                if choices == _URI
                 else f"one of {list(choices or ())}"
             )
             raise FenceConfigError(configmap, TEMPLATE_KEY, f"{key}={value!r} is not {want}")
@@ -448,6 +472,15 @@ def parse_template(configmap: str, data: Any) -> FenceTemplate:
     if not address:
         raise FenceConfigError(configmap, TEMPLATE_KEY, "address= is empty")
     host, port = _parse_address(address, configmap)
+    if dtype == "redfish":
+        scheme = address.split("://", 1)[0] if "://" in address else "https"
+        if scheme not in REDFISH_SCHEMES:
+            raise FenceConfigError(
+                configmap,
+                TEMPLATE_KEY,
+                f"address={address!r}: scheme {scheme!r} not one of {sorted(REDFISH_SCHEMES)}",
+            )
+        options = tuple(sorted((*options, ("ssl", "true" if REDFISH_SCHEMES[scheme] else "false"))))
 
     secret = props.get("secret", "")
     if not secret:
@@ -574,6 +607,12 @@ def parse_fence_config(
         if template.device_type == "ipmi":
             if plug is not None:
                 raise FenceConfigError(configmap, key, "plug= does not apply to ipmi (the BMC is per host)")
+        elif template.device_type == "redfish":
+            # optional: the system's URI, or its Id/Name/UUID; without it, the BMC's only system
+            if plug is not None and not (_URI_RE.match(plug) or _PLUG_RE.match(plug)):
+                raise FenceConfigError(
+                    configmap, key, f"plug={plug!r} is not a system URI (/redfish/v1/Systems/...) or Id"
+                )
         else:
             if plug is None:
                 raise FenceConfigError(

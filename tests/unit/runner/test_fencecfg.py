@@ -309,6 +309,62 @@ CONFIG_ERRORS: list[tuple[str, Any, str | None, str]] = [
 ]
 
 
+@pytest.mark.parametrize(
+    ("address", "ssl", "port"),
+    [
+        ("bmc-0.example.com", "true", None),
+        ("https://10.0.0.5:8443", "true", 8443),
+        ("redfish://10.0.0.5", "true", None),
+        ("redfish+https://10.0.0.5:443", "true", 443),
+        ("redfish+http://10.0.0.5:8000", "false", 8000),
+        ("http://[::1]:8000", "false", 8000),
+    ],
+)
+def test_redfish_template_schemes_decide_tls(address: str, ssl: str, port: int | None) -> None:
+    t = parse_template(
+        "fence-method-template-rf",
+        {"template.properties": f"type=redfish\naddress={address}\nsecret=rf\nssl_insecure=true"},
+    )
+    assert (t.device_type, t.module, t.ipport) == ("redfish", "noderemedy.core.redfish_power", port)
+    assert dict(t.options) == {"ssl": ssl, "ssl_insecure": "true"}
+    seed = parse_template(
+        "fence-method-template-rf",
+        {"template.properties": f"agent_name=fence_redfish\naddress={address}\nsecret=rf"},
+    )
+    assert seed.device_type == "redfish"
+
+
+def test_redfish_template_refuses_other_schemes_and_bad_uris() -> None:
+    with pytest.raises(FenceConfigError, match="scheme 'ipmi' not one of"):
+        parse_template(
+            "fence-method-template-rf", {"template.properties": "type=redfish\naddress=ipmi://h\nsecret=rf"}
+        )
+    with pytest.raises(FenceConfigError, match="redfish_uri='redfish/v1' is not an absolute path"):
+        parse_template(
+            "fence-method-template-rf",
+            {"template.properties": "type=redfish\naddress=h\nsecret=rf\nredfish_uri=redfish/v1"},
+        )
+
+
+def test_redfish_plug_is_optional_a_system_uri_or_an_id() -> None:
+    data = {
+        "config.properties": f"node_name={NODE}\nisolation=\npower_management=a,b,c\nrecovery=",
+        "fence-method-a": "template=fence-method-template-rf\naction=off",
+        "fence-method-b": "template=fence-method-template-rf\naction=reboot\nplug=/redfish/v1/Systems/1",
+        "fence-method-c": "template=fence-method-template-rf\naction=on\nplug=System.Embedded.1",
+    }
+    templates = {"fence-method-template-rf": {"template.properties": "type=redfish\naddress=h\nsecret=rf"}}
+    cfg = parse_fence_config(CM, data, templates)
+    assert [(m.plug, m.state) for m in cfg.power_management] == [
+        (None, "off"),
+        ("/redfish/v1/Systems/1", "reboot"),
+        ("System.Embedded.1", "on"),
+    ]
+    bad = {**data, "fence-method-a": "template=fence-method-template-rf\naction=off\nplug=a b"}
+    with pytest.raises(FenceConfigError, match="not a system URI"):
+        parse_fence_config(CM, bad, templates)
+
+
 @pytest.mark.parametrize(("configmap", "data", "key", "problem"), CONFIG_ERRORS)
 def test_config_errors_name_configmap_key_and_problem(
     configmap: str, data: Any, key: str | None, problem: str
@@ -358,9 +414,9 @@ TEMPLATE_ERRORS: list[tuple[str, Any, str | None, str]] = [
     ),
     (
         "fence-method-template-x",
-        {"template.properties": "type=redfish\naddress=a\nsecret=s"},
+        {"template.properties": "type=wsman\naddress=a\nsecret=s"},
         "template.properties",
-        "type='redfish' not one of",
+        "type='wsman' not one of",
     ),
     (
         "fence-method-template-x",
