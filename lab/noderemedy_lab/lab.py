@@ -30,9 +30,10 @@ exec timeout 10 "{kubectl}" --kubeconfig "{kubeconfig}" --request-timeout=5s \\
 """
 
 
-#: Peers started on demand (:meth:`Lab.ensure_peer`): name -> module with ``start_peer``, ``ready``
-#: and ``READY_TIMEOUT``. The process is named after the peer.
-OPTIONAL_PEERS = {"redfish": "redfish"}
+#: Peers started on demand (:meth:`Lab.ensure_peer`): name -> module with ``start_peer``, ``ready``,
+#: ``READY_TIMEOUT`` and optionally ``configure(endpoint, lab)`` (run once it is ready; returns the
+#: endpoint to record). The process is named after the peer.
+OPTIONAL_PEERS = {"redfish": "redfish", "ec2": "ec2"}
 
 
 class Lab:
@@ -127,6 +128,13 @@ class Lab:
             self.supervisor, self.config, base, self.info["nodes"], self._power_hook
         )
         self.supervisor.wait_ready(proc, lambda: module.ready(endpoint), module.READY_TIMEOUT)
+        configure = getattr(module, "configure", None)
+        if configure is not None:
+            try:
+                endpoint = configure(endpoint, self)
+            except BaseException:
+                self.supervisor.stop(name)
+                raise
         peers[name] = endpoint
         if write:
             self.write_state()

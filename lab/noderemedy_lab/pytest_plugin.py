@@ -64,3 +64,12 @@ def redfish_peer(lab: Lab) -> dict:
     Its endpoint: see :func:`noderemedy_lab.redfish.start_peer`.
     """
     return lab.ensure_peer("redfish")
+
+
+@pytest.fixture(scope="session")
+def ec2_peer(lab: Lab) -> dict:
+    """The lab's EC2 endpoint (moto's server), started the first time a test asks for it.
+
+    Its endpoint: see :func:`noderemedy_lab.ec2.configure`.
+    """
+    return lab.ensure_peer("ec2")

@@ -117,7 +117,7 @@ class FenceReading:
 
 
 #: Device types whose verified ``off`` is a power fence (everything on the node is dead).
-POWER_DEVICE_TYPES: tuple[str, ...] = ("ipmi", "redfish", "pdu")
+POWER_DEVICE_TYPES: tuple[str, ...] = ("ipmi", "redfish", "aws", "pdu")
 
 
 @dataclass(frozen=True)

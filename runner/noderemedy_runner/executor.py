@@ -50,6 +50,7 @@ log = logging.getLogger(__name__)
 FENCE_MODULES: dict[str, str] = {
     "noderemedy.core.ipmi_power": "ipmi",
     "noderemedy.core.redfish_power": "redfish",
+    "noderemedy.core.aws_instance_power": "aws",
     "noderemedy.core.pdu_outlet": "pdu",
     "noderemedy.core.fc_port": "fc",
 }
