@@ -181,6 +181,9 @@ def method_readings(
     whose device type does not match its method is read as ``unknown`` (never a fence).
     """
     out: list[MethodReading] = []
+    fencing = set(FENCE_MODULES.values())
+    # methods of other kinds (a cloud default's mark-unschedulable) return no fencing result
+    methods = [m for m in methods if str(m.get("device_type", "")) in fencing]
     for method, res in zip(methods, modules, strict=False):
         dtype = str(method.get("device_type", ""))
         state = res.read_back if res.device_type == dtype else "unknown"

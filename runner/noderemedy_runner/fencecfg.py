@@ -48,7 +48,7 @@ from typing import Any, Literal
 
 from noderemedy_runner.actions import Step
 
-DeviceType = Literal["ipmi", "redfish", "pdu", "fc"]
+DeviceType = Literal["ipmi", "redfish", "aws", "pdu", "fc", "node"]
 
 CONFIG_PREFIX = "fence-config-"
 METHOD_PREFIX = "fence-method-"
@@ -59,14 +59,19 @@ TEMPLATE_KEY = "template.properties"
 DEVICE_MODULES: dict[str, str] = {
     "ipmi": "noderemedy.core.ipmi_power",
     "redfish": "noderemedy.core.redfish_power",
+    "aws": "noderemedy.core.aws_instance_power",
     "pdu": "noderemedy.core.pdu_outlet",
     "fc": "noderemedy.core.fc_port",
 }
+#: Methods that act on the Node object, not a device (the seed's ``mark-unschedulable``); only the
+#: default cloud configuration uses them. A method's ``action`` off/on is cordon/uncordon.
+NODE_MODULES: dict[str, str] = {"node": "noderemedy.core.node_drain"}
 #: ``model=`` per device type → the module's ``profile`` option (first entry: the default).
 #: ``eaton`` is fence_eaton_snmp's behaviour: detect managed/switched by sysObjectID (``auto``).
 MODEL_PROFILES: dict[str, dict[str, str]] = {
     "ipmi": {},
     "redfish": {},
+    "aws": {},
     "pdu": {
         "auto": "auto",
         "apc-rpdu": "apc_rpdu",
@@ -83,6 +88,7 @@ PDU_MODELS = tuple(MODEL_PROFILES["pdu"])
 DEVICE_ACTIONS: dict[str, tuple[str, ...]] = {
     "ipmi": ("on", "off", "reboot"),
     "redfish": ("on", "off", "reboot"),
+    "aws": ("on", "off", "reboot"),
     "pdu": ("on", "off", "reboot"),
     "fc": ("on", "off"),
 }
@@ -90,6 +96,8 @@ DEVICE_ACTIONS: dict[str, tuple[str, ...]] = {
 ACTION_STATES: dict[str, dict[str, str]] = {
     "ipmi": {"on": "on", "off": "off", "reboot": "reboot"},
     "redfish": {"on": "on", "off": "off", "reboot": "reboot"},
+    "aws": {"on": "on", "off": "off", "reboot": "reboot"},
+    "node": {"off": "cordon", "on": "uncordon"},
     "pdu": {"on": "on", "off": "off", "reboot": "reboot"},
     "fc": {"on": "enabled", "off": "disabled"},
 }
@@ -109,6 +117,7 @@ _OID_RE = re.compile(r"^\.?[0-9]+(\.[0-9]+)+$")
 DEVICE_OPTIONS: dict[str, dict[str, tuple[str, ...] | None]] = {
     "ipmi": {"cipher": ("3", "17"), "privlvl": ("callback", "user", "operator", "administrator")},
     "redfish": {"ssl_insecure": ("true", "false"), "redfish_uri": _URI},
+    "aws": {"region": ("<region>",)},
     "pdu": {
         **_SNMP_OPTIONS,
         "status_oid": _OID,
@@ -134,6 +143,7 @@ _GENERIC_ONLY = (
 SEED_AGENTS: dict[str, tuple[str, str | None]] = {
     "fence_ipmilan": ("ipmi", None),
     "fence_redfish": ("redfish", None),
+    "fence_aws": ("aws", None),
     "fence_apc_snmp": ("pdu", "auto"),
     "fence_eaton_snmp": ("pdu", "eaton"),
     "fence_ifmib": ("fc", "ifmib"),
@@ -220,7 +230,7 @@ class FenceTemplate:
     @property
     def module(self) -> str:
         """FQCN of the collection module that drives this device type."""
-        return DEVICE_MODULES[self.device_type]
+        return DEVICE_MODULES.get(self.device_type) or NODE_MODULES[self.device_type]
 
     @property
     def profile(self) -> str | None:
@@ -289,7 +299,86 @@ class FenceConfig:
 
     def secret_names(self) -> frozenset[str]:
         """Names of every Secret the configuration refers to (for RBAC checks and pre-flight)."""
-        return frozenset(m.template.secret_name for s in STEP_KEYS.values() for m in self.methods(s))
+        return frozenset(
+            m.template.secret_name
+            for s in STEP_KEYS.values()
+            for m in self.methods(s)
+            if m.template.secret_name
+        )
+
+
+@dataclass(frozen=True)
+class CloudDefaults:
+    """Where the seed's default cloud configuration gets its credentials and endpoint.
+
+    ``secret_name``: the one Secret (in the runner's namespace) with the cloud credentials (AWS:
+    keys ``access_key``, ``secret_key``); ``endpoint_url``: an EC2-compatible endpoint instead of
+    AWS's own (None: AWS).
+    """
+
+    secret_name: str
+    endpoint_url: str | None = None
+
+
+#: ``spec.providerID`` scheme → the device type whose module fences such a node. Providers the
+#: node remedy seed names without a tested driver here (gce, openstack, azure, vsphere) are
+#: refused with a clear error (docs/fencing.md says what a user needs instead).
+CLOUD_PROVIDERS: dict[str, DeviceType] = {"aws": "aws"}
+#: The seed's default cloud configuration: method name, step, action.
+CLOUD_DEFAULT_METHODS = (
+    ("mark-unschedulable", "isolation", "off"),
+    ("restart-instance", "power_management", "reboot"),
+    ("mark-unschedulable", "recovery", "on"),
+)
+
+
+def cloud_default_config(node: str, provider_id: str, cloud: CloudDefaults) -> FenceConfig:
+    """The node remedy seed's default configuration for a cloud node without ``fence-config-<node>``.
+
+    ``isolation=mark-unschedulable`` (cordon), ``power_management=restart-instance`` (stop,
+    verified, then start: the ``aws`` module's ``reboot``), ``recovery=mark-unschedulable`` (undone:
+    uncordon). The provider is the scheme of the Node's ``spec.providerID`` (``aws:///zone/i-...``);
+    credentials come from ``cloud.secret_name``.
+
+    Raises:
+        FenceConfigError: (ConfigMap ``fence-config-<node>``, key None) for a node without a
+            providerID, or of a provider with no driver here, naming it.
+    """
+    name = config_map_name(node)
+    scheme = provider_id.split("://", 1)[0] if "://" in provider_id else ""
+    if scheme not in CLOUD_PROVIDERS:
+        what = f"spec.providerID {provider_id!r}" if provider_id else "no spec.providerID"
+        raise FenceConfigError(
+            name,
+            None,
+            f"not found, and node {node!r} has {what}: the default cloud configuration covers "
+            f"providers {sorted(CLOUD_PROVIDERS)} only",
+        )
+    dtype = CLOUD_PROVIDERS[scheme]
+    endpoint = cloud.endpoint_url or ""
+    host, port = _parse_address(endpoint, name) if endpoint else ("", None)
+    template = FenceTemplate(
+        configmap="(default cloud configuration)",
+        device_type=dtype,
+        model=None,
+        address=endpoint,
+        secret_name=cloud.secret_name,
+        ipaddr=host,
+        ipport=port,
+        options=(("provider_id", provider_id),),
+    )
+    node_template = FenceTemplate("(default cloud configuration)", "node", None, "", "")
+    steps: dict[str, list[FenceMethod]] = {"isolation": [], "power_management": [], "recovery": []}
+    for method, step, action in CLOUD_DEFAULT_METHODS:
+        tmpl = template if method == "restart-instance" else node_template
+        steps[step].append(FenceMethod(method, tmpl, None, action))
+    return FenceConfig(
+        name,
+        node,
+        tuple(steps["isolation"]),
+        tuple(steps["power_management"]),
+        tuple(steps["recovery"]),
+    )
 
 
 def config_map_name(node: str) -> str:
@@ -390,6 +479,8 @@ def _device_options(
             ok = bool(_OID_RE.match(value))
         elif choices == _URI:
             ok = bool(_URI_RE.match(value))
+        elif choices == ("<region>",):
+            ok = bool(re.match(r"^[a-z]{2}(-[a-z]+)+-[0-9]$", value))
         else:
             ok = choices is None or value in choices
         if not ok:
@@ -400,6 +491,8 @@ def _device_options(
                 if choices == _OID
                 else "an absolute path (/...)"
                 if choices == _URI
+                else "a region name (us-east-1)"
+                if choices == ("<region>",)
                 else f"one of {list(choices or ())}"
             )
             raise FenceConfigError(configmap, TEMPLATE_KEY, f"{key}={value!r} is not {want}")
@@ -467,11 +560,17 @@ def parse_template(configmap: str, data: Any) -> FenceTemplate:
         address = props["address"]
     elif "ipaddr" in props:
         address = props["ipaddr"] + (f":{props['ipport']}" if props.get("ipport") else "")
+    elif dtype == "aws":
+        address = ""  # AWS's own regional endpoint
     else:
         raise FenceConfigError(configmap, TEMPLATE_KEY, "missing address= (host[:port] of the device)")
-    if not address:
+    if not address and dtype != "aws":
         raise FenceConfigError(configmap, TEMPLATE_KEY, "address= is empty")
-    host, port = _parse_address(address, configmap)
+    host, port = _parse_address(address, configmap) if address else ("", None)
+    if dtype == "aws" and address and not re.match(r"^https?://", address):
+        raise FenceConfigError(
+            configmap, TEMPLATE_KEY, f"address={address!r}: an EC2 endpoint is http(s)://host[:port]"
+        )
     if dtype == "redfish":
         scheme = address.split("://", 1)[0] if "://" in address else "https"
         if scheme not in REDFISH_SCHEMES:
@@ -607,6 +706,10 @@ def parse_fence_config(
         if template.device_type == "ipmi":
             if plug is not None:
                 raise FenceConfigError(configmap, key, "plug= does not apply to ipmi (the BMC is per host)")
+        elif template.device_type == "aws":
+            # optional: the instance id; without it, the one in the Node's spec.providerID
+            if plug is not None and not re.match(r"^i-[0-9a-f]{8,17}$", plug):
+                raise FenceConfigError(configmap, key, f"plug={plug!r} is not an EC2 instance id (i-...)")
         elif template.device_type == "redfish":
             # optional: the system's URI, or its Id/Name/UUID; without it, the BMC's only system
             if plug is not None and not (_URI_RE.match(plug) or _PLUG_RE.match(plug)):

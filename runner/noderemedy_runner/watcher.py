@@ -28,6 +28,7 @@ from types import FrameType
 from kubernetes import client, config
 
 from noderemedy_runner.executor import RUN_NICE, Executor, link_collection
+from noderemedy_runner.fencecfg import CloudDefaults
 from noderemedy_runner.kubeio import METAL3REMEDIATION, NODEFENCE, KubeIO
 from noderemedy_runner.logs import bind
 from noderemedy_runner.logs import setup as setup_logs
@@ -104,6 +105,7 @@ class Watcher:
         metal3_selector: LabelSelector | None = None,
         namespace: str = "noderemedy",
         policy: NodeFencePolicy | None = None,
+        cloud: CloudDefaults | None = None,
         playbook_dir: Path | None = None,
         collections_path: Path | None = None,
         kubeconfig: Path | None = None,
@@ -139,6 +141,7 @@ class Watcher:
             self.executor,
             namespace=namespace,
             policy=policy or NodeFencePolicy(),
+            cloud=cloud,
             observer=self.observer,
             dry_run=dry_run,
         )

@@ -747,3 +747,71 @@ def test_generated_valid_configs_parse_to_what_was_written(case: tuple) -> None:
         for s in ("Isolation", "PowerManagement", "Recovery")
         for m in cfg.methods(s)  # type: ignore[arg-type]
     }
+
+
+def test_cloud_default_configuration_follows_the_seed() -> None:
+    from noderemedy_runner.fencecfg import CloudDefaults, cloud_default_config
+
+    cfg = cloud_default_config(NODE, "aws:///us-east-1a/i-0123456789abcdef0", CloudDefaults("aws-creds"))
+    steps = [
+        (m.name, m.template.device_type, m.action, m.state)
+        for s in ("Isolation", "PowerManagement", "Recovery")
+        for m in cfg.methods(s)
+    ]  # type: ignore[arg-type]
+    assert steps == [
+        ("mark-unschedulable", "node", "off", "cordon"),
+        ("restart-instance", "aws", "reboot", "reboot"),
+        ("mark-unschedulable", "node", "on", "uncordon"),
+    ]
+    power = cfg.power_management[0].to_extravars()
+    assert power["module"] == "noderemedy.core.aws_instance_power" and power["secret_name"] == "aws-creds"
+    assert (
+        power["options"] == {"provider_id": "aws:///us-east-1a/i-0123456789abcdef0"}
+        and power["address"] == ""
+    )
+    assert cfg.isolation[0].to_extravars()["module"] == "noderemedy.core.node_drain"
+    assert cfg.secret_names() == frozenset({"aws-creds"})
+    lab = cloud_default_config(
+        NODE, "aws:///us-east-1a/i-0123456789abcdef0", CloudDefaults("c", "http://127.0.0.1:24016")
+    )
+    assert (lab.power_management[0].template.ipaddr, lab.power_management[0].template.ipport) == (
+        "127.0.0.1",
+        24016,
+    )
+
+
+@pytest.mark.parametrize(
+    "provider_id", ["", "gce://project/zone/vm-1", "openstack:///uuid", "azure:///subscriptions/x"]
+)
+def test_cloud_default_refuses_nodes_of_providers_without_a_driver(provider_id: str) -> None:
+    from noderemedy_runner.fencecfg import CloudDefaults, cloud_default_config
+
+    with pytest.raises(FenceConfigError, match="covers providers \\['aws'\\] only"):
+        cloud_default_config(NODE, provider_id, CloudDefaults("c"))
+
+
+def test_aws_template_endpoint_region_and_instance_plug() -> None:
+    t = parse_template(
+        "fence-method-template-ec2", {"template.properties": "type=aws\nsecret=aws\nregion=eu-west-1"}
+    )
+    assert (t.device_type, t.address, dict(t.options)) == ("aws", "", {"region": "eu-west-1"})
+    t = parse_template(
+        "fence-method-template-ec2",
+        {"template.properties": "agent_name=fence_aws\naddress=http://127.0.0.1:4566\nsecret=aws"},
+    )
+    assert (t.ipaddr, t.ipport) == ("127.0.0.1", 4566)
+    with pytest.raises(FenceConfigError, match="http\\(s\\)://host"):
+        parse_template(
+            "fence-method-template-ec2", {"template.properties": "type=aws\naddress=127.0.0.1\nsecret=aws"}
+        )
+    with pytest.raises(FenceConfigError, match="region"):
+        parse_template(
+            "fence-method-template-ec2", {"template.properties": "type=aws\nsecret=aws\nregion=moon"}
+        )
+    data = {
+        "config.properties": f"node_name={NODE}\nisolation=\npower_management=stop\nrecovery=",
+        "fence-method-stop": "template=fence-method-template-ec2\naction=off\nplug=node-1",
+    }
+    tmpl = {"fence-method-template-ec2": {"template.properties": "type=aws\nsecret=aws"}}
+    with pytest.raises(FenceConfigError, match="not an EC2 instance id"):
+        parse_fence_config(CM, data, tmpl)
