@@ -33,7 +33,14 @@ OUT_OF_SERVICE_EFFECT = "NoExecute"
 EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 #: method -> the read-back state that proves the fence (power off; storage/network port disabled).
-FENCE_STATES = {"ipmi": "off", "redfish": "off", "aws": "off", "pdu": "off", "fc": "disabled"}
+FENCE_STATES = {
+    "ipmi": "off",
+    "redfish": "off",
+    "aws": "off",
+    "kdump": "kdump",
+    "pdu": "off",
+    "fc": "disabled",
+}
 
 #: Seconds a fence's ``verified_at`` may lie in the future (clock skew between hosts).
 CLOCK_SKEW = 5.0

@@ -116,8 +116,9 @@ class FenceReading:
         return self.fenced and self.node == node
 
 
-#: Device types whose verified ``off`` is a power fence (everything on the node is dead).
-POWER_DEVICE_TYPES: tuple[str, ...] = ("ipmi", "redfish", "aws", "pdu")
+#: Device types whose verified ``off`` is a power fence (everything on the node is dead). A kdump
+#: message counts: the node runs its crash kernel (fence-agents ``fence_kdump``).
+POWER_DEVICE_TYPES: tuple[str, ...] = ("ipmi", "redfish", "aws", "kdump", "pdu")
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,9 @@ Format (node remedy seed, "Bare-metal configmaps"; DESIGN.md "NodeFence")::
 
 Credentials never live in these ConfigMaps: ``password=``, ``username=``, ``community=`` and the
 like are rejected with a pointer to ``secret=``. The parsed result carries Secret *names* only.
-A redfish method's ``plug=`` is optional: the system's URI or its Id/Name (without it, the BMC's
+A kdump method (``type=kdump``, the listening side of ``fence_kdump``; ``address=`` optional,
+the listen address and port; no ``secret=``) waits for the node's kdump message: ``action=off``
+only, ``plug=`` the node's address (default: its name). A redfish method's ``plug=`` is optional: the system's URI or its Id/Name (without it, the BMC's
 only system). Device types map to modules: ``ipmi`` → ``noderemedy.core.ipmi_power``,
 ``redfish`` → ``noderemedy.core.redfish_power``, ``pdu`` →
 ``noderemedy.core.pdu_outlet``, ``fc`` → ``noderemedy.core.fc_port``; ``model`` maps to the
@@ -48,7 +50,7 @@ from typing import Any, Literal
 
 from noderemedy_runner.actions import Step
 
-DeviceType = Literal["ipmi", "redfish", "aws", "pdu", "fc", "node"]
+DeviceType = Literal["ipmi", "redfish", "aws", "kdump", "pdu", "fc", "node"]
 
 CONFIG_PREFIX = "fence-config-"
 METHOD_PREFIX = "fence-method-"
@@ -60,6 +62,7 @@ DEVICE_MODULES: dict[str, str] = {
     "ipmi": "noderemedy.core.ipmi_power",
     "redfish": "noderemedy.core.redfish_power",
     "aws": "noderemedy.core.aws_instance_power",
+    "kdump": "noderemedy.core.kdump_wait",
     "pdu": "noderemedy.core.pdu_outlet",
     "fc": "noderemedy.core.fc_port",
 }
@@ -72,6 +75,7 @@ MODEL_PROFILES: dict[str, dict[str, str]] = {
     "ipmi": {},
     "redfish": {},
     "aws": {},
+    "kdump": {},
     "pdu": {
         "auto": "auto",
         "apc-rpdu": "apc_rpdu",
@@ -89,6 +93,7 @@ DEVICE_ACTIONS: dict[str, tuple[str, ...]] = {
     "ipmi": ("on", "off", "reboot"),
     "redfish": ("on", "off", "reboot"),
     "aws": ("on", "off", "reboot"),
+    "kdump": ("off",),
     "pdu": ("on", "off", "reboot"),
     "fc": ("on", "off"),
 }
@@ -97,6 +102,7 @@ ACTION_STATES: dict[str, dict[str, str]] = {
     "ipmi": {"on": "on", "off": "off", "reboot": "reboot"},
     "redfish": {"on": "on", "off": "off", "reboot": "reboot"},
     "aws": {"on": "on", "off": "off", "reboot": "reboot"},
+    "kdump": {"off": "wait"},
     "node": {"off": "cordon", "on": "uncordon"},
     "pdu": {"on": "on", "off": "off", "reboot": "reboot"},
     "fc": {"on": "enabled", "off": "disabled"},
@@ -118,6 +124,7 @@ DEVICE_OPTIONS: dict[str, dict[str, tuple[str, ...] | None]] = {
     "ipmi": {"cipher": ("3", "17"), "privlvl": ("callback", "user", "operator", "administrator")},
     "redfish": {"ssl_insecure": ("true", "false"), "redfish_uri": _URI},
     "aws": {"region": ("<region>",)},
+    "kdump": {"family": ("auto", "ipv4", "ipv6"), "timeout": _INT},
     "pdu": {
         **_SNMP_OPTIONS,
         "status_oid": _OID,
@@ -144,6 +151,7 @@ SEED_AGENTS: dict[str, tuple[str, str | None]] = {
     "fence_ipmilan": ("ipmi", None),
     "fence_redfish": ("redfish", None),
     "fence_aws": ("aws", None),
+    "fence_kdump": ("kdump", None),
     "fence_apc_snmp": ("pdu", "auto"),
     "fence_eaton_snmp": ("pdu", "eaton"),
     "fence_ifmib": ("fc", "ifmib"),
@@ -560,11 +568,11 @@ def parse_template(configmap: str, data: Any) -> FenceTemplate:
         address = props["address"]
     elif "ipaddr" in props:
         address = props["ipaddr"] + (f":{props['ipport']}" if props.get("ipport") else "")
-    elif dtype == "aws":
-        address = ""  # AWS's own regional endpoint
+    elif dtype in ("aws", "kdump"):
+        address = ""  # aws: AWS's own regional endpoint; kdump: listen on every address, port 7410
     else:
         raise FenceConfigError(configmap, TEMPLATE_KEY, "missing address= (host[:port] of the device)")
-    if not address and dtype != "aws":
+    if not address and dtype not in ("aws", "kdump"):
         raise FenceConfigError(configmap, TEMPLATE_KEY, "address= is empty")
     host, port = _parse_address(address, configmap) if address else ("", None)
     if dtype == "aws" and address and not re.match(r"^https?://", address):
@@ -582,6 +590,8 @@ def parse_template(configmap: str, data: Any) -> FenceTemplate:
         options = tuple(sorted((*options, ("ssl", "true" if REDFISH_SCHEMES[scheme] else "false"))))
 
     secret = props.get("secret", "")
+    if not secret and dtype == "kdump":  # the kdump protocol has no credentials
+        return FenceTemplate(configmap, dtype, model, address, "", host, port, options)  # type: ignore[arg-type]
     if not secret:
         raise FenceConfigError(
             configmap, TEMPLATE_KEY, "missing secret= (name of the Secret with the credentials)"
@@ -706,6 +716,10 @@ def parse_fence_config(
         if template.device_type == "ipmi":
             if plug is not None:
                 raise FenceConfigError(configmap, key, "plug= does not apply to ipmi (the BMC is per host)")
+        elif template.device_type == "kdump":
+            # optional: the node's host name or address the message comes from (default: the node)
+            if plug is not None and not _PLUG_RE.match(plug):
+                raise FenceConfigError(configmap, key, f"plug={plug!r} is not a host name or address")
         elif template.device_type == "aws":
             # optional: the instance id; without it, the one in the Node's spec.providerID
             if plug is not None and not re.match(r"^i-[0-9a-f]{8,17}$", plug):

@@ -815,3 +815,27 @@ def test_aws_template_endpoint_region_and_instance_plug() -> None:
     tmpl = {"fence-method-template-ec2": {"template.properties": "type=aws\nsecret=aws"}}
     with pytest.raises(FenceConfigError, match="not an EC2 instance id"):
         parse_fence_config(CM, data, tmpl)
+
+
+def test_kdump_template_needs_no_secret_and_waits_before_power() -> None:
+    data = {
+        "config.properties": f"node_name={NODE}\nisolation=kdump\npower_management=bmc-off\nrecovery=",
+        "fence-method-kdump": "template=fence-method-template-kdump\naction=off",
+        "fence-method-bmc-off": "template=fence-method-template-bmc\naction=off",
+    }
+    templates = {
+        "fence-method-template-kdump": {"template.properties": "agent_name=fence_kdump\ntimeout=30"},
+        "fence-method-template-bmc": {"template.properties": "type=ipmi\naddress=127.0.0.1:623\nsecret=bmc"},
+    }
+    cfg = parse_fence_config(CM, data, templates)
+    kdump = cfg.isolation[0].to_extravars()
+    assert (kdump["module"], kdump["state"], kdump["secret_name"], kdump["options"]) == (
+        "noderemedy.core.kdump_wait",
+        "wait",
+        "",
+        {"timeout": "30"},
+    )
+    assert cfg.secret_names() == frozenset({"bmc"})
+    bad = {**data, "fence-method-kdump": "template=fence-method-template-kdump\naction=on"}
+    with pytest.raises(FenceConfigError, match="action='on' not supported by kdump"):
+        parse_fence_config(CM, bad, templates)
