@@ -656,7 +656,7 @@ class Metal3RemediationReconciler:
             )
             held.evidence = dict(res.fence) if off else None
             if off:
-                self.observer.fence_verified("ipmi", node or host.name, outcome.seconds)
+                self.observer.fence_verified(res.device_type, node or host.name, outcome.seconds)
             self.kube.event(
                 obj,
                 "Normal",
