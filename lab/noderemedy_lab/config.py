@@ -19,6 +19,7 @@ snmpsim FC switch (IF-MIB) +14
 Redfish BMC (sushy-tools)  +15 (https)
 EC2 endpoint (moto)        +16 (http)
 fence_kdump listener       +17 (udp, tests)
+vCenter simulator (vcsim)  +18 (https)
 BMC of node i (ipmi_sim)   +100 + i
 =========================  ==================
 
@@ -35,6 +36,8 @@ from pathlib import Path
 KUBERNETES_VERSION = "1.34.4"
 KWOK_VERSION = "0.7.0"
 ETCD_VERSION = "3.6.16"
+#: govmomi, whose vCenter simulator the lab's vSphere peer runs (``data/vcsim/main.go``).
+GOVMOMI_VERSION = "0.52.0"
 
 #: Debian packages the lab needs, by the component that needs them (for clear errors).
 DEBIAN_PACKAGES = {
@@ -60,6 +63,7 @@ PORT_OFFSETS = {
     "redfish": 15,
     "moto": 16,
     "kdump": 17,
+    "vcsim": 18,
 }
 BMC_PORT_OFFSET = 100
 

@@ -33,7 +33,7 @@ exec timeout 10 "{kubectl}" --kubeconfig "{kubeconfig}" --request-timeout=5s \\
 #: Peers started on demand (:meth:`Lab.ensure_peer`): name -> module with ``start_peer``, ``ready``,
 #: ``READY_TIMEOUT`` and optionally ``configure(endpoint, lab)`` (run once it is ready; returns the
 #: endpoint to record). The process is named after the peer.
-OPTIONAL_PEERS = {"redfish": "redfish", "ec2": "ec2"}
+OPTIONAL_PEERS = {"redfish": "redfish", "ec2": "ec2", "vsphere": "vsphere"}
 
 
 class Lab:

@@ -73,3 +73,12 @@ def ec2_peer(lab: Lab) -> dict:
     Its endpoint: see :func:`noderemedy_lab.ec2.configure`.
     """
     return lab.ensure_peer("ec2")
+
+
+@pytest.fixture(scope="session")
+def vsphere_peer(lab: Lab) -> dict:
+    """The lab's vCenter (govmomi's simulator), started the first time a test asks for it.
+
+    Its endpoint: see :func:`noderemedy_lab.vsphere.start_peer`.
+    """
+    return lab.ensure_peer("vsphere")

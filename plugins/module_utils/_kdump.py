@@ -144,7 +144,7 @@ class KdumpListener:
                         "waited": self._clock() - start,
                         "fence": self.evidence(None),
                     }
-                readable, _, _ = select.select([sock], [], [], left)
+                readable = select.select([sock], [], [], left)[0]
                 if not readable:
                     continue
                 data, peer = sock.recvfrom(64)

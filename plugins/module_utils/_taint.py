@@ -37,6 +37,7 @@ FENCE_STATES = {
     "ipmi": "off",
     "redfish": "off",
     "aws": "off",
+    "vmware": "off",
     "kdump": "kdump",
     "pdu": "off",
     "fc": "disabled",

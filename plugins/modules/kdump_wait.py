@@ -17,7 +17,7 @@ description:
   - Without a message within O(timeout) seconds the module does not fail - RV(fence.verified) is
     false - so a fence step goes on with its power methods (the node remedy seed's kdump
     integration - release on the kdump message, power management after the timeout).
-  - Never changes anything (RV(changed) is always false).
+  - Never changes anything (C(changed) is always false).
 author:
   - noderemedy developers (@noderemedy)
 extends_documentation_fragment:

@@ -24,8 +24,7 @@ import (
 
 	"github.com/vmware/govmomi/simulator"
 	"github.com/vmware/govmomi/vim25/mo"
-	"github.com/vmware/govmomi/vim25/types"
-)
+	"github.com/vmware/govmomi/vim25/types")
 
 type powerHook struct {
 	argv  []string
