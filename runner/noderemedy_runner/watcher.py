@@ -292,6 +292,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--restart-delay", type=float, default=30.0)
     p.add_argument("--poll-interval", type=float, default=0.5)
     p.add_argument("--dry-run", action="store_true")
+    p.add_argument("--cloud-credentials-secret", default=None, help="see noderemedy-runner run --help")
+    p.add_argument("--cloud-endpoint-url", default=None, help="see noderemedy-runner run --help")
     p.add_argument(
         "--env", action="append", default=[], metavar="K=V", help="extra (non-secret) env for runs"
     )
@@ -323,6 +325,9 @@ def main(argv: list[str] | None = None) -> int:
         dry_run=args.dry_run,
         namespace=args.namespace,
         policy=policy,
+        cloud=CloudDefaults(args.cloud_credentials_secret, args.cloud_endpoint_url)
+        if args.cloud_credentials_secret
+        else None,
         kubeconfig=args.kubeconfig,
         poll_interval=args.poll_interval,
         extra_env=extra_env,
