@@ -10,11 +10,15 @@ import pytest
 import yaml
 
 from ansible_collections.noderemedy.core.plugins.module_utils import (
+    _aws,
     _fc_switch,
     _fence,
     _ipmi,
+    _kdump,
     _pdu,
+    _redfish,
     _snmp,
+    _vmware,
 )
 from ansible_collections.noderemedy.core.plugins.module_utils._fence import (
     AuthError,
@@ -264,7 +268,15 @@ def _same(spec: dict, doc: dict, name: str) -> None:
 
 @pytest.mark.parametrize(
     ("fragment", "spec"),
-    [("fence", _fence.FENCE_ARG_SPEC), ("ipmi", _ipmi.IPMI_ARG_SPEC), ("snmp", _snmp.SNMP_ARG_SPEC)],
+    [
+        ("fence", _fence.FENCE_ARG_SPEC),
+        ("ipmi", _ipmi.IPMI_ARG_SPEC),
+        ("snmp", _snmp.SNMP_ARG_SPEC),
+        ("redfish", _redfish.REDFISH_ARG_SPEC),
+        ("aws", _aws.AWS_ARG_SPEC),
+        ("vmware", _vmware.VMWARE_ARG_SPEC),
+        ("kdump", _kdump.KDUMP_ARG_SPEC),
+    ],
 )
 def test_doc_fragment_is_one_to_one_with_its_argspec(fragment: str, spec: dict) -> None:
     doc = _fragment(fragment)
@@ -275,12 +287,18 @@ def test_doc_fragment_is_one_to_one_with_its_argspec(fragment: str, spec: dict) 
 
 @pytest.mark.parametrize(
     ("fragment", "spec"),
-    [("ipmi", _ipmi.IPMI_ARG_SPEC), ("snmp", _snmp.SNMP_ARG_SPEC)],
+    [
+        ("ipmi", _ipmi.IPMI_ARG_SPEC),
+        ("snmp", _snmp.SNMP_ARG_SPEC),
+        ("redfish", _redfish.REDFISH_ARG_SPEC),
+        ("aws", _aws.AWS_ARG_SPEC),
+        ("vmware", _vmware.VMWARE_ARG_SPEC),
+    ],
 )
 def test_no_log_only_on_secrets(fragment: str, spec: dict) -> None:
-    secrets = {"password", "community", "snmp_priv_passwd"}
+    secrets = {"password", "community", "snmp_priv_passwd", "secret_key"}
     assert {k for k, v in spec.items() if v.get("no_log")} == secrets & set(spec)
-    assert "no_log" not in spec["username"]
+    assert not spec.get("username", {}).get("no_log")
     for name in secrets & set(spec):
         assert spec[name].get("fallback"), f"{name}: credentials take an environment fallback"
 
@@ -291,6 +309,9 @@ def test_no_log_only_on_secrets(fragment: str, spec: dict) -> None:
         ("ipmi_power", ["ipmi", "fence"], "ipmi_power"),
         ("pdu_outlet", ["snmp", "fence"], "pdu_outlet"),
         ("fc_port", ["snmp", "fence"], "fc_port"),
+        ("redfish_power", ["redfish", "fence", "credentials_secret"], "redfish_power"),
+        ("aws_instance_power", ["aws", "fence", "credentials_secret"], "aws_instance_power"),
+        ("vmware_vm_power", ["vmware", "fence", "credentials_secret"], "vmware_vm_power"),
     ],
 )
 def test_module_docs_match_argspec(module: str, fragments: list[str], extra: str) -> None:
@@ -321,7 +342,14 @@ def test_module_docs_match_argspec(module: str, fragments: list[str], extra: str
 def test_runtime_yml_groups_the_fencing_modules() -> None:
     runtime = yaml.safe_load((ROOT / "meta" / "runtime.yml").read_text())
     assert runtime["requires_ansible"]
-    assert set(runtime["action_groups"]["fencing"]) >= {"ipmi_power", "pdu_outlet", "fc_port"}
+    assert set(runtime["action_groups"]["fencing"]) >= {
+        "ipmi_power",
+        "pdu_outlet",
+        "fc_port",
+        "redfish_power",
+        "aws_instance_power",
+        "vmware_vm_power",
+    }
 
 
 def test_snmp_engines_are_shared_per_credential_set_only() -> None:
