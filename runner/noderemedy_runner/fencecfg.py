@@ -116,6 +116,7 @@ _SNMP_OPTIONS: dict[str, tuple[str, ...] | None] = {
 _INT = ("<integer>",)
 _OID = ("<oid>",)
 _URI = ("<uri>",)
+_REGION = ("<region>",)
 _URI_RE = re.compile(r"^/[A-Za-z0-9_.~!$&'()*+,;=:@%/-]*$")
 _OID_RE = re.compile(r"^\.?[0-9]+(\.[0-9]+)+$")
 #: Non-secret device options a template may set, per type, with their allowed values (``_INT``:
@@ -123,7 +124,7 @@ _OID_RE = re.compile(r"^\.?[0-9]+(\.[0-9]+)+$")
 DEVICE_OPTIONS: dict[str, dict[str, tuple[str, ...] | None]] = {
     "ipmi": {"cipher": ("3", "17"), "privlvl": ("callback", "user", "operator", "administrator")},
     "redfish": {"ssl_insecure": ("true", "false"), "redfish_uri": _URI},
-    "aws": {"region": ("<region>",)},
+    "aws": {"region": _REGION},
     "kdump": {"family": ("auto", "ipv4", "ipv6"), "timeout": _INT},
     "pdu": {
         **_SNMP_OPTIONS,
@@ -487,7 +488,7 @@ def _device_options(
             ok = bool(_OID_RE.match(value))
         elif choices == _URI:
             ok = bool(_URI_RE.match(value))
-        elif choices == ("<region>",):
+        elif choices == _REGION:
             ok = bool(re.match(r"^[a-z]{2}(-[a-z]+)+-[0-9]$", value))
         else:
             ok = choices is None or value in choices
@@ -500,7 +501,7 @@ def _device_options(
                 else "an absolute path (/...)"
                 if choices == _URI
                 else "a region name (us-east-1)"
-                if choices == ("<region>",)
+                if choices == _REGION
                 else f"one of {list(choices or ())}"
             )
             raise FenceConfigError(configmap, TEMPLATE_KEY, f"{key}={value!r} is not {want}")
