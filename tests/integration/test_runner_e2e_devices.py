@@ -8,6 +8,7 @@ power hook stops the kwok heartbeat). Fixtures and helpers are test_runner_e2e's
 
 from __future__ import annotations
 
+import subprocess
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -275,3 +276,91 @@ def test_metal3_remediation_of_a_redfish_host(
     reasons = [e.reason for e in events_of(api, obj)]
     assert "PowerOff" in reasons and "PowerOn" in reasons and "OutOfServiceTaintAdded" in reasons
     assert rf_driver(ep).run("status").after == {ep["systems"][DEAD]["uri"]: "on"}
+
+
+@pytest.fixture
+def crashed(lab_kube: Any) -> Iterator[str]:
+    """lab-node-1 down (BMC power off: kwok stops its heartbeat) and NotReady, as a node that
+    panicked into its kdump kernel looks to the control plane; afterwards on and Ready."""
+    lab_kube.power_off(DEAD)
+    lab_kube.wait_nodes([DEAD], {"False", "Unknown"}, 120)
+    yield DEAD
+    lab_kube.kubectl("taint", "node", DEAD, f"{OOS}-")
+    lab_kube.power_on(DEAD)
+    lab_kube.wait_nodes([DEAD], "True", 120)
+
+
+def test_kdump_message_releases_before_the_power_step(
+    lab_kube: Any,
+    api: client.ApiClient,
+    fence_ns: FenceNamespace,
+    runner: Callable[..., Runner],
+    crashed: str,
+) -> None:
+    """isolation=kdump: fence_kdump_send from the "node" releases the workloads in the isolation
+    run; power_management (IPMI off, on) still runs afterwards (the seed's kdump integration)."""
+    port = lab_kube.config.port("kdump")
+    fence_ns.put(
+        "config_map",
+        {
+            "metadata": {"name": "fence-method-template-kdump"},
+            "data": {
+                "template.properties": f"agent_name=fence_kdump\naddress=127.0.0.1:{port}\ntimeout=60\n"
+            },
+        },
+    )
+    ipmi = f"fence-method-template-ipmi-{DEAD}"
+    fence_ns.put(
+        "config_map",
+        {
+            "metadata": {"name": f"fence-config-{DEAD}"},
+            "data": {
+                "config.properties": f"node_name={DEAD}\nisolation=kdump\npower_management=ipmi-off ipmi-on\nrecovery=\n",
+                "fence-method-kdump": "template=fence-method-template-kdump\nplug=127.0.0.1\naction=off",
+                "fence-method-ipmi-off": f"template={ipmi}\naction=off",
+                "fence-method-ipmi-on": f"template={ipmi}\naction=on",
+            },
+        },
+    )
+    # the crashed node's kdump kernel: one message a second to the runner's host
+    sender = subprocess.Popen(
+        [
+            "/usr/libexec/fence-agents/fence_kdump_send",
+            "-p",
+            str(port),
+            "-f",
+            "ipv4",
+            "-i",
+            "1",
+            "-c",
+            "120",
+            "127.0.0.1",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        co = client.CustomObjectsApi(api)
+        name = f"nf-kd-{uuid.uuid4().hex[:6]}"
+        r = runner()
+        nodefence(co, name, DEAD)
+        seen: dict[str, Any] = {"phases": [], "tainted": False}
+        obj = run_until(co, name, {"Final", "Error"}, 300, follow(lab_kube, seen))
+        assert obj["status"]["status"] == "Final", obj["status"]
+        runs = Executor(r.data_dir / "runs", ROOT / "playbooks")
+        iso = runs.recover(private_dir(r, obj), f"{name}-r0-isolation-a0")
+        pm = runs.recover(private_dir(r, obj), f"{name}-r0-power-management-a0")
+        assert iso is not None and iso.succeeded and pm is not None and pm.succeeded, (iso, pm)
+        assert [(m.device_type, m.fence.get("verified"), m.fence.get("state")) for m in iso.modules] == [
+            ("kdump", True, "kdump")
+        ]
+        assert [(m.device_type, m.state) for m in pm.modules] == [("ipmi", "off"), ("ipmi", "on")]
+        added = [e for e in events_of(api, obj) if e.reason == "OutOfServiceTaintAdded"]
+        assert added and f"verified in run {name}-r0-isolation-a0" in added[0].message, [
+            e.message for e in added
+        ]
+        assert lab_kube.node_ready([DEAD])[DEAD] == "True" and not taint_present(lab_kube, DEAD)
+    finally:
+        sender.terminate()
+        sender.wait(10)
+        fence_ns.standard(DEAD)
