@@ -118,7 +118,7 @@ class FenceReading:
 
 #: Device types whose verified ``off`` is a power fence (everything on the node is dead). A kdump
 #: message counts: the node runs its crash kernel (fence-agents ``fence_kdump``).
-POWER_DEVICE_TYPES: tuple[str, ...] = ("ipmi", "redfish", "aws", "kdump", "pdu")
+POWER_DEVICE_TYPES: tuple[str, ...] = ("ipmi", "redfish", "aws", "vmware", "kdump", "pdu")
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,7 @@ FENCE_MODULES: dict[str, str] = {
     "noderemedy.core.ipmi_power": "ipmi",
     "noderemedy.core.redfish_power": "redfish",
     "noderemedy.core.aws_instance_power": "aws",
+    "noderemedy.core.vmware_vm_power": "vmware",
     "noderemedy.core.kdump_wait": "kdump",
     "noderemedy.core.pdu_outlet": "pdu",
     "noderemedy.core.fc_port": "fc",

@@ -29,7 +29,7 @@ Format (node remedy seed, "Bare-metal configmaps"; DESIGN.md "NodeFence")::
 
 Credentials never live in these ConfigMaps: ``password=``, ``username=``, ``community=`` and the
 like are rejected with a pointer to ``secret=``. The parsed result carries Secret *names* only.
-A kdump method (``type=kdump``, the listening side of ``fence_kdump``; ``address=`` optional,
+A vmware method's ``plug=`` is the VM's name or UUID (default: the node's name). A kdump method (``type=kdump``, the listening side of ``fence_kdump``; ``address=`` optional,
 the listen address and port; no ``secret=``) waits for the node's kdump message: ``action=off``
 only, ``plug=`` the node's address (default: its name). A redfish method's ``plug=`` is optional: the system's URI or its Id/Name (without it, the BMC's
 only system). Device types map to modules: ``ipmi`` → ``noderemedy.core.ipmi_power``,
@@ -50,7 +50,7 @@ from typing import Any, Literal
 
 from noderemedy_runner.actions import Step
 
-DeviceType = Literal["ipmi", "redfish", "aws", "kdump", "pdu", "fc", "node"]
+DeviceType = Literal["ipmi", "redfish", "aws", "vmware", "kdump", "pdu", "fc", "node"]
 
 CONFIG_PREFIX = "fence-config-"
 METHOD_PREFIX = "fence-method-"
@@ -62,6 +62,7 @@ DEVICE_MODULES: dict[str, str] = {
     "ipmi": "noderemedy.core.ipmi_power",
     "redfish": "noderemedy.core.redfish_power",
     "aws": "noderemedy.core.aws_instance_power",
+    "vmware": "noderemedy.core.vmware_vm_power",
     "kdump": "noderemedy.core.kdump_wait",
     "pdu": "noderemedy.core.pdu_outlet",
     "fc": "noderemedy.core.fc_port",
@@ -75,6 +76,7 @@ MODEL_PROFILES: dict[str, dict[str, str]] = {
     "ipmi": {},
     "redfish": {},
     "aws": {},
+    "vmware": {},
     "kdump": {},
     "pdu": {
         "auto": "auto",
@@ -93,6 +95,7 @@ DEVICE_ACTIONS: dict[str, tuple[str, ...]] = {
     "ipmi": ("on", "off", "reboot"),
     "redfish": ("on", "off", "reboot"),
     "aws": ("on", "off", "reboot"),
+    "vmware": ("on", "off", "reboot"),
     "kdump": ("off",),
     "pdu": ("on", "off", "reboot"),
     "fc": ("on", "off"),
@@ -102,6 +105,7 @@ ACTION_STATES: dict[str, dict[str, str]] = {
     "ipmi": {"on": "on", "off": "off", "reboot": "reboot"},
     "redfish": {"on": "on", "off": "off", "reboot": "reboot"},
     "aws": {"on": "on", "off": "off", "reboot": "reboot"},
+    "vmware": {"on": "on", "off": "off", "reboot": "reboot"},
     "kdump": {"off": "wait"},
     "node": {"off": "cordon", "on": "uncordon"},
     "pdu": {"on": "on", "off": "off", "reboot": "reboot"},
@@ -125,6 +129,7 @@ DEVICE_OPTIONS: dict[str, dict[str, tuple[str, ...] | None]] = {
     "ipmi": {"cipher": ("3", "17"), "privlvl": ("callback", "user", "operator", "administrator")},
     "redfish": {"ssl_insecure": ("true", "false"), "redfish_uri": _URI},
     "aws": {"region": _REGION},
+    "vmware": {"ssl_insecure": ("true", "false")},
     "kdump": {"family": ("auto", "ipv4", "ipv6"), "timeout": _INT},
     "pdu": {
         **_SNMP_OPTIONS,
@@ -152,6 +157,7 @@ SEED_AGENTS: dict[str, tuple[str, str | None]] = {
     "fence_ipmilan": ("ipmi", None),
     "fence_redfish": ("redfish", None),
     "fence_aws": ("aws", None),
+    "fence_vmware_soap": ("vmware", None),
     "fence_kdump": ("kdump", None),
     "fence_apc_snmp": ("pdu", "auto"),
     "fence_eaton_snmp": ("pdu", "eaton"),
@@ -717,6 +723,10 @@ def parse_fence_config(
         if template.device_type == "ipmi":
             if plug is not None:
                 raise FenceConfigError(configmap, key, "plug= does not apply to ipmi (the BMC is per host)")
+        elif template.device_type == "vmware":
+            # optional: the VM's name or UUID; without it, the VM named after the node
+            if plug is not None and not _PLUG_RE.match(plug):
+                raise FenceConfigError(configmap, key, f"plug={plug!r} is not a VM name or UUID")
         elif template.device_type == "kdump":
             # optional: the node's host name or address the message comes from (default: the node)
             if plug is not None and not _PLUG_RE.match(plug):

@@ -839,3 +839,30 @@ def test_kdump_template_needs_no_secret_and_waits_before_power() -> None:
     bad = {**data, "fence-method-kdump": "template=fence-method-template-kdump\naction=on"}
     with pytest.raises(FenceConfigError, match="action='on' not supported by kdump"):
         parse_fence_config(CM, bad, templates)
+
+
+def test_vmware_template_and_vm_plug() -> None:
+    t = parse_template(
+        "fence-method-template-vc",
+        {
+            "template.properties": "agent_name=fence_vmware_soap\naddress=vc.example.com\nsecret=vc\nssl_insecure=true"
+        },
+    )
+    assert (t.device_type, t.module, t.ipaddr, dict(t.options)) == (
+        "vmware",
+        "noderemedy.core.vmware_vm_power",
+        "vc.example.com",
+        {"ssl_insecure": "true"},
+    )
+    data = {
+        "config.properties": f"node_name={NODE}\nisolation=\npower_management=vm-off,vm-on\nrecovery=",
+        "fence-method-vm-off": "template=fence-method-template-vc\naction=off",
+        "fence-method-vm-on": "template=fence-method-template-vc\naction=on\nplug=4223a0e5-0a1b-4f3e-9e1c-a1b2c3d4e5f6",
+    }
+    cfg = parse_fence_config(
+        CM, data, {"fence-method-template-vc": {"template.properties": "type=vmware\naddress=vc\nsecret=vc"}}
+    )
+    assert [(m.plug, m.state) for m in cfg.power_management] == [
+        (None, "off"),
+        ("4223a0e5-0a1b-4f3e-9e1c-a1b2c3d4e5f6", "on"),
+    ]
