@@ -20,7 +20,14 @@ defaults. ansible-playbook's own start-up (about 1 s here, measured by the statu
 than ``fence_apc_snmp`` / ``fence_ifmib`` need for a whole fence, so those two playbook targets
 cannot be met by any module; the table shows it as it is.
 
-Usage: ``.venv/bin/python bench/fencing.py [--samples N] [--port-base P] [--out PATH]``
+* Redfish (sushy-tools emulator, HTTPS): ``fence_redfish --ssl-insecure``; its playbook rows are
+  also given minus the same play with a ``meta: noop`` task (ansible-playbook's own start-up,
+  measured in the same rounds), the figure the Redfish target applies to.
+
+``--cases`` measures some device groups only; their rows replace the same groups' rows in
+``--out`` (each row says when it was measured).
+
+Usage: ``.venv/bin/python bench/fencing.py [--samples N] [--port-base P] [--out PATH] [--cases ipmi,redfish]``
 """
 
 from __future__ import annotations
@@ -106,15 +113,85 @@ class Playbook:
         )
         self.n = 0
 
-    def __call__(self, module: str, args: dict) -> Callable[[], None]:
+    def __call__(self, module: str, args: dict | None) -> Callable[[], None]:
+        """A run of one ``module`` task; ``args`` None: the same play with a ``meta: noop`` task
+        instead (ansible-playbook's own cost, subtracted in the rows that say "minus no-op")."""
         self.n += 1
         path = self.tmp / f"bench{self.n}.yml"
-        play = [
-            {"hosts": "localhost", "gather_facts": False, "connection": "local", "tasks": [{module: args}]}
-        ]
+        task = {"ansible.builtin.meta": "noop"} if args is None else {module: args}
+        play = [{"hosts": "localhost", "gather_facts": False, "connection": "local", "tasks": [task]}]
         path.write_text(yaml.safe_dump(play, sort_keys=False))
         argv = [str(BIN / "ansible-playbook"), "-i", "localhost,", str(path)]
         return lambda: run(argv, self.env)
+
+
+#: Device groups, in the order they are measured (``--cases``).
+CASES = ("ipmi", "pdu", "fc", "redfish")
+
+
+def redfish_cases(ep: dict, playbook: Playbook, n: int) -> list[dict]:
+    """Redfish (sushy-tools emulator, ``POWER_DELAY`` s per transition) vs ``fence_redfish``.
+
+    The agent has no CA option, so it runs with ``--ssl-insecure``; ours verifies the emulator's
+    certificate with its CA (``ca_path``). The ansible-playbook rows subtract the same play with a
+    ``meta: noop`` task, measured in the same rounds.
+    """
+    from ansible_collections.noderemedy.core.plugins.module_utils._redfish import RedfishDriver
+
+    uri = ep["systems"]["lab-node-1"]["uri"]
+
+    def driver(**kw: object) -> RedfishDriver:
+        return RedfishDriver(
+            ep["host"], ep["username"], ep["password"], ipport=ep["port"], ca_path=ep["ca_file"],
+            systems_uri=uri, **kw,
+        )  # fmt: skip
+
+    def on() -> None:
+        assert driver().run("on").after == {uri: "on"}
+
+    def off_lib() -> None:
+        assert driver(poll_interval=0.01).run("off").after == {uri: "off"}
+
+    agent = ["/usr/sbin/fence_redfish", "-a", ep["host"], "-u", str(ep["port"]), "-l", ep["username"]]
+    agent += ["-p", ep["password"], "--ssl-insecure", "--systems-uri", uri]
+    margs = {
+        "ipaddr": ep["host"], "ipport": ep["port"], "username": ep["username"], "password": ep["password"],
+        "ca_path": ep["ca_file"], "systems_uri": uri, "poll_interval": 0.01,
+    }  # fmt: skip
+    noop = playbook("", None)
+    off = interleaved(
+        {
+            "anchor": lambda: run([*agent, "-o", "off"]),
+            "lib": off_lib,
+            "book": playbook("noderemedy.core.redfish_power", {**margs, "state": "off"}),
+            "noop": noop,
+        },
+        on,
+        n,
+    )
+    on()
+    status = interleaved(
+        {
+            "anchor": lambda: run([*agent, "-o", "status"]),
+            "lib": lambda: driver().run("status"),
+            "book": playbook("noderemedy.core.redfish_power", {**margs, "state": "status"}),
+            "noop": noop,
+        },
+        None,
+        n,
+    )
+    a_off, a_st = "fence_redfish --ssl-insecure -o off", "fence_redfish --ssl-insecure -o status"
+    return [
+        {"case": "redfish off+verified, library", "ours_s": off["lib"], "anchor": a_off,
+         "anchor_s": off["anchor"], "target": 0.5},
+        {"case": "redfish off+verified, playbook - no-op", "ours_s": off["book"] - off["noop"],
+         "anchor": a_off, "anchor_s": off["anchor"], "target": 1.0, "noop_playbook_s": off["noop"]},
+        {"case": "redfish off+verified, ansible-playbook", "ours_s": off["book"], "anchor": a_off,
+         "anchor_s": off["anchor"]},
+        {"case": "redfish status, library", "ours_s": status["lib"], "anchor": a_st, "anchor_s": status["anchor"]},
+        {"case": "redfish status, playbook - no-op", "ours_s": status["book"] - status["noop"], "anchor": a_st,
+         "anchor_s": status["anchor"], "noop_playbook_s": status["noop"]},
+    ]  # fmt: skip
 
 
 def main() -> int:
@@ -122,9 +199,15 @@ def main() -> int:
     parser.add_argument("--samples", type=int, default=5)
     parser.add_argument("--port-base", type=int, default=27000)
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "fencing.json")
+    parser.add_argument(
+        "--cases", default=",".join(CASES), help=f"comma-separated device groups (default {','.join(CASES)})"
+    )
     opts = parser.parse_args()
     if opts.samples < 5:
         parser.error("--samples: at least 5")
+    cases = [c for c in opts.cases.split(",") if c]
+    if not cases or set(cases) - set(CASES):
+        parser.error(f"--cases: expected some of {','.join(CASES)}, got {opts.cases!r}")
 
     sys.path.insert(0, str(ROOT / "lab"))
     from noderemedy_lab.config import LabConfig
@@ -159,85 +242,95 @@ def main() -> int:
             ipmi().run("on")
             assert power_file.read_text().strip() == "1"
 
-        def ipmi_off_lib() -> None:
-            res = ipmi(poll_interval=0.01).run("off")
-            assert res.after == {"chassis": "off"} and power_file.read_text().strip() == "0"
+        if "ipmi" in cases:
 
-        agent = ["/usr/sbin/fence_ipmilan", "-a", bmc["host"], "-u", str(bmc["port"]), "-l", bmc["username"]]
-        agent += ["-p", bmc["password"], "-P", "--cipher=3"]
-        module_args = {
-            "ipaddr": bmc["host"],
-            "ipport": bmc["port"],
-            "username": bmc["username"],
-            "password": bmc["password"],
-            "poll_interval": 0.01,
-        }
-        default = "fence_ipmilan --cipher=3 -o off (default power-wait 2 s)"
-        pw0 = "fence_ipmilan --cipher=3 --power-wait=0 -o off"
-        off = interleaved(
-            {
-                default: lambda: run([*agent, "-o", "off"], agent_env),
-                pw0: lambda: run([*agent, "--power-wait=0", "-o", "off"], agent_env),
-                "lib": ipmi_off_lib,
-                "book": playbook("noderemedy.core.ipmi_power", {**module_args, "state": "off"}),
-            },
-            ipmi_on,
-            n,
-        )
-        anchors = {default: off[default], pw0: off[pw0]}
-        lib, book = off["lib"], off["book"]
-        entries += [
-            {
-                "case": "ipmi off+verified, library",
-                "ours_s": lib,
-                "anchor": pw0,
-                "anchor_s": anchors[pw0],
-                "target": 0.5,
-            },
-            {
-                "case": "ipmi off+verified, library",
-                "ours_s": lib,
-                "anchor": default,
-                "anchor_s": anchors[default],
-            },
-            {
-                "case": "ipmi off+verified, ansible-playbook",
-                "ours_s": book,
-                "anchor": default,
-                "anchor_s": anchors[default],
-                "target": 1.0,
-            },
-            {
-                "case": "ipmi off+verified, ansible-playbook",
-                "ours_s": book,
-                "anchor": pw0,
-                "anchor_s": anchors[pw0],
-            },
-        ]
-        ipmi_on()
-        status = interleaved(
-            {
-                "anchor": lambda: run([*agent, "-o", "status"], agent_env),
-                "lib": lambda: ipmi().run("status"),
-                "book": playbook("noderemedy.core.ipmi_power", {**module_args, "state": "status"}),
-            },
-            None,
-            n,
-        )
-        entries += [
-            {
-                "case": "ipmi status, library",
-                "ours_s": status["lib"],
-                "anchor": "fence_ipmilan --cipher=3 -o status",
-                "anchor_s": status["anchor"],
-            },
-            {
-                "case": "ipmi status, ansible-playbook",
-                "ours_s": status["book"],
-                "anchor": "fence_ipmilan --cipher=3 -o status",
-                "anchor_s": status["anchor"],
-            },
-        ]
+            def ipmi_off_lib() -> None:
+                res = ipmi(poll_interval=0.01).run("off")
+                assert res.after == {"chassis": "off"} and power_file.read_text().strip() == "0"
+
+            agent = [
+                "/usr/sbin/fence_ipmilan",
+                "-a",
+                bmc["host"],
+                "-u",
+                str(bmc["port"]),
+                "-l",
+                bmc["username"],
+            ]
+            agent += ["-p", bmc["password"], "-P", "--cipher=3"]
+            module_args = {
+                "ipaddr": bmc["host"],
+                "ipport": bmc["port"],
+                "username": bmc["username"],
+                "password": bmc["password"],
+                "poll_interval": 0.01,
+            }
+            default = "fence_ipmilan --cipher=3 -o off (default power-wait 2 s)"
+            pw0 = "fence_ipmilan --cipher=3 --power-wait=0 -o off"
+            off = interleaved(
+                {
+                    default: lambda: run([*agent, "-o", "off"], agent_env),
+                    pw0: lambda: run([*agent, "--power-wait=0", "-o", "off"], agent_env),
+                    "lib": ipmi_off_lib,
+                    "book": playbook("noderemedy.core.ipmi_power", {**module_args, "state": "off"}),
+                },
+                ipmi_on,
+                n,
+            )
+            anchors = {default: off[default], pw0: off[pw0]}
+            lib, book = off["lib"], off["book"]
+            entries += [
+                {
+                    "case": "ipmi off+verified, library",
+                    "ours_s": lib,
+                    "anchor": pw0,
+                    "anchor_s": anchors[pw0],
+                    "target": 0.5,
+                },
+                {
+                    "case": "ipmi off+verified, library",
+                    "ours_s": lib,
+                    "anchor": default,
+                    "anchor_s": anchors[default],
+                },
+                {
+                    "case": "ipmi off+verified, ansible-playbook",
+                    "ours_s": book,
+                    "anchor": default,
+                    "anchor_s": anchors[default],
+                    "target": 1.0,
+                },
+                {
+                    "case": "ipmi off+verified, ansible-playbook",
+                    "ours_s": book,
+                    "anchor": pw0,
+                    "anchor_s": anchors[pw0],
+                },
+            ]
+            ipmi_on()
+            status = interleaved(
+                {
+                    "anchor": lambda: run([*agent, "-o", "status"], agent_env),
+                    "lib": lambda: ipmi().run("status"),
+                    "book": playbook("noderemedy.core.ipmi_power", {**module_args, "state": "status"}),
+                },
+                None,
+                n,
+            )
+            entries += [
+                {
+                    "case": "ipmi status, library",
+                    "ours_s": status["lib"],
+                    "anchor": "fence_ipmilan --cipher=3 -o status",
+                    "anchor_s": status["anchor"],
+                },
+                {
+                    "case": "ipmi status, ansible-playbook",
+                    "ours_s": status["book"],
+                    "anchor": "fence_ipmilan --cipher=3 -o status",
+                    "anchor_s": status["anchor"],
+                },
+            ]
 
         # ---------------------------------------------------------------- SNMP devices
         def snmp_cases(
@@ -300,53 +393,65 @@ def main() -> int:
                 },
             ]
 
-        rpdu = dev["snmp"]["apc-rpdu"]
-        outlet = str(dev["outlets"]["lab-node-1"])
+        if "pdu" in cases:
+            rpdu = dev["snmp"]["apc-rpdu"]
+            outlet = str(dev["outlets"]["lab-node-1"])
 
-        def pdu_driver() -> PduDriver:
-            client = SnmpClient(rpdu["host"], rpdu["port"], "2c", community=rpdu["community"])
-            return PduDriver(client, [outlet], PROFILES["apc_rpdu"], poll_interval=0.01)
+            def pdu_driver() -> PduDriver:
+                client = SnmpClient(rpdu["host"], rpdu["port"], "2c", community=rpdu["community"])
+                return PduDriver(client, [outlet], PROFILES["apc_rpdu"], poll_interval=0.01)
 
-        pdu_agent = [
-            "/usr/sbin/fence_apc_snmp",
-            "-a",
-            rpdu["host"],
-            "-u",
-            str(rpdu["port"]),
-            "-c",
-            rpdu["community"],
-        ]
-        pdu_agent += ["-d", "2c", "-n", outlet]
-        pdu_args = {
-            "ipaddr": rpdu["host"],
-            "ipport": rpdu["port"],
-            "community": rpdu["community"],
-            "plug": [outlet],
-            "profile": "apc_rpdu",
-            "poll_interval": 0.01,
-        }
-        entries += snmp_cases(
-            "pdu", rpdu, outlet, pdu_driver, pdu_agent, "noderemedy.core.pdu_outlet", pdu_args
-        )
+            pdu_agent = [
+                "/usr/sbin/fence_apc_snmp",
+                "-a",
+                rpdu["host"],
+                "-u",
+                str(rpdu["port"]),
+                "-c",
+                rpdu["community"],
+            ]
+            pdu_agent += ["-d", "2c", "-n", outlet]
+            pdu_args = {
+                "ipaddr": rpdu["host"],
+                "ipport": rpdu["port"],
+                "community": rpdu["community"],
+                "plug": [outlet],
+                "profile": "apc_rpdu",
+                "poll_interval": 0.01,
+            }
+            entries += snmp_cases(
+                "pdu", rpdu, outlet, pdu_driver, pdu_agent, "noderemedy.core.pdu_outlet", pdu_args
+            )
 
-        fc = dev["snmp"]["fc"]
-        port = dev["fc_ports"]["lab-node-1"]
-        index = port.split("/")[1]
+        if "fc" in cases:
+            fc = dev["snmp"]["fc"]
+            port = dev["fc_ports"]["lab-node-1"]
+            index = port.split("/")[1]
 
-        def fc_driver() -> FcSwitchDriver:
-            client = SnmpClient(fc["host"], fc["port"], "2c", community=fc["community"])
-            return FcSwitchDriver(client, [index], profile="ifmib", poll_interval=0.01)
+            def fc_driver() -> FcSwitchDriver:
+                client = SnmpClient(fc["host"], fc["port"], "2c", community=fc["community"])
+                return FcSwitchDriver(client, [index], profile="ifmib", poll_interval=0.01)
 
-        fc_agent = ["/usr/sbin/fence_ifmib", "-a", fc["host"], "-u", str(fc["port"]), "-c", fc["community"]]
-        fc_agent += ["-n", index]
-        fc_args = {
-            "ipaddr": fc["host"],
-            "ipport": fc["port"],
-            "community": fc["community"],
-            "plug": [index],
-            "poll_interval": 0.01,
-        }
-        entries += snmp_cases("fc", fc, index, fc_driver, fc_agent, "noderemedy.core.fc_port", fc_args)
+            fc_agent = [
+                "/usr/sbin/fence_ifmib",
+                "-a",
+                fc["host"],
+                "-u",
+                str(fc["port"]),
+                "-c",
+                fc["community"],
+            ]
+            fc_agent += ["-n", index]
+            fc_args = {
+                "ipaddr": fc["host"],
+                "ipport": fc["port"],
+                "community": fc["community"],
+                "plug": [index],
+                "poll_interval": 0.01,
+            }
+            entries += snmp_cases("fc", fc, index, fc_driver, fc_agent, "noderemedy.core.fc_port", fc_args)
+        if "redfish" in cases:
+            entries += redfish_cases(lab.ensure_peer("redfish"), playbook, n)
         ipmi_on()
     finally:
         lab.stop()
@@ -359,6 +464,16 @@ def main() -> int:
         e["samples"] = opts.samples
         if "target" in e:
             e["meets_target"] = e["ratio"] <= e["target"]
+        if "noop_playbook_s" in e:
+            e["noop_playbook_s"] = round(e["noop_playbook_s"], 4)
+        e["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    kept: list[dict] = []
+    if set(cases) != set(CASES) and opts.out.exists():
+        # a partial run replaces only its own device groups' rows
+        old = json.loads(opts.out.read_text()).get("entries", [])
+        kept = [e for e in old if e["case"].split()[0] not in cases]
+    printed = entries
+    entries = kept + entries
     doc = {
         "benchmark": "fencing",
         "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -379,7 +494,7 @@ def main() -> int:
     head = f"{'case':38} {'ours s':>8} {'anchor':52} {'anchor s':>9} {'ratio':>6} {'target':>6}"
     print(head)
     print("-" * len(head))
-    for e in entries:
+    for e in printed:
         target = f"<={e['target']}" if "target" in e else ""
         flag = "" if e.get("meets_target", True) else "  MISSED"
         print(

@@ -13,6 +13,7 @@ Layout under :func:`noderemedy_lab.config.cache_dir`::
     bin/kubernetes-v1.34.4/{kube-apiserver,kube-controller-manager,kube-scheduler,kubectl}
     bin/kwok-v0.7.0/kwok
     bin/etcd-v3.6.16/etcd
+    bin/vcsim-lab-govmomi-v0.52.0/vcsim-lab   govmomi's vCenter simulator + the lab's power hook
     logs/build-*.log
 
 A warm run (all binaries present) does nothing. Each target is built into a temporary directory and
@@ -32,7 +33,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from .config import ETCD_VERSION, KUBERNETES_VERSION, KWOK_VERSION, cache_dir
+from .config import ETCD_VERSION, GOVMOMI_VERSION, KUBERNETES_VERSION, KWOK_VERSION, cache_dir
 from .procs import ComponentError, tail
 
 KUBE_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
@@ -44,6 +45,7 @@ def _bin_dirs() -> dict[str, Path]:
         "kubernetes": base / f"kubernetes-v{KUBERNETES_VERSION}",
         "kwok": base / f"kwok-v{KWOK_VERSION}",
         "etcd": base / f"etcd-v{ETCD_VERSION}",
+        "vcsim": base / f"vcsim-lab-govmomi-v{GOVMOMI_VERSION}",
     }
 
 
@@ -53,6 +55,7 @@ def binary_paths() -> dict[str, Path]:
     paths = {name: dirs["kubernetes"] / name for name in KUBE_COMMANDS}
     paths["kwok"] = dirs["kwok"] / "kwok"
     paths["etcd"] = dirs["etcd"] / "etcd"
+    paths["vcsim"] = dirs["vcsim"] / "vcsim-lab"
     return paths
 
 
@@ -238,6 +241,33 @@ def build_etcd(progress: Callable[[str], None]) -> None:
         os.replace(Path(tmp) / "etcd", dest / "etcd")
 
 
+def build_vcsim(progress: Callable[[str], None]) -> None:
+    """Build ``vcsim-lab``: govmomi's vCenter simulator (package ``simulator``) with the lab's power
+    hook (``data/vcsim/main.go``). govmomi's own ``vcsim`` command is a nested module the Go
+    module proxy does not serve, so a consumer module requiring ``github.com/vmware/govmomi``
+    builds the lab's small main instead."""
+    from .bmc import data_path
+
+    src = cache_dir() / "src" / f"vcsim-lab-govmomi-v{GOVMOMI_VERSION}"
+    src.mkdir(parents=True, exist_ok=True)
+    log = cache_dir() / "logs" / f"build-vcsim-lab-v{GOVMOMI_VERSION}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(data_path("vcsim/main.go"), src / "main.go")
+    gomod = data_path("vcsim/go.mod").read_text()
+    (src / "go.mod").write_text(re.sub(r"govmomi v[0-9.]+", f"govmomi v{GOVMOMI_VERSION}", gomod))
+    with tempfile.TemporaryDirectory(dir=src) as tmp:
+        _run(
+            [_go(), "build", "-trimpath", "-ldflags", "-s -w", "-o", tmp + "/vcsim-lab", "."],
+            src,
+            log,
+            f"vcsim-lab (govmomi v{GOVMOMI_VERSION})",
+            progress,
+        )
+        dest = _bin_dirs()["vcsim"]
+        dest.mkdir(parents=True, exist_ok=True)
+        os.replace(Path(tmp) / "vcsim-lab", dest / "vcsim-lab")
+
+
 def ensure_binaries(progress: Callable[[str], None] | None = None) -> dict[str, Path]:
     """Build whatever lab binary is missing and return name -> path for all of them.
 
@@ -258,6 +288,9 @@ def ensure_binaries(progress: Callable[[str], None] | None = None) -> dict[str, 
     if "etcd" in todo:
         say(f"building etcd v{ETCD_VERSION}")
         build_etcd(say)
+    if "vcsim" in todo:
+        say(f"building the vCenter simulator (govmomi v{GOVMOMI_VERSION})")
+        build_vcsim(say)
     still = missing()
     if still:
         raise ComponentError("build", f"binaries still missing after build: {', '.join(still)}")

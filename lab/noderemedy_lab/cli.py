@@ -35,7 +35,19 @@ def _config(args: argparse.Namespace) -> LabConfig:
         port_base=args.port_base,
         kube=not args.no_kube,
         node_monitor_grace_period=args.grace_period,
+        peers=list(args.peers),
     )
+
+
+def _peers(text: str) -> list[str]:
+    """argparse type of ``--peers``: names of ``lab.OPTIONAL_PEERS``, comma-separated."""
+    from .lab import OPTIONAL_PEERS
+
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    bad = sorted(set(names) - set(OPTIONAL_PEERS))
+    if bad:
+        raise argparse.ArgumentTypeError(f"unknown peers {bad}; known: {sorted(OPTIONAL_PEERS)}")
+    return names
 
 
 def _read_state(workdir: Path) -> dict:
@@ -106,7 +118,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         sys.executable, "-m", "noderemedy_lab.cli", "--workdir", str(cfg.workdir), "_serve",
         "--nodes", str(cfg.nodes), "--port-base", str(cfg.port_base),
         "--grace-period", str(cfg.node_monitor_grace_period),
-    ] + (["--no-kube"] if not cfg.kube else [])  # fmt: skip
+    ] + (["--no-kube"] if not cfg.kube else []) + (["--peers", ",".join(cfg.peers)] if cfg.peers else [])  # fmt: skip
     with open(log, "w") as out:
         proc = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
@@ -217,6 +229,13 @@ def parser() -> argparse.ArgumentParser:
         sp.add_argument("--port-base", type=int, default=20000, help="first port of the lab's port layout")
         sp.add_argument("--no-kube", action="store_true", help="devices only (no control plane)")
         sp.add_argument("--grace-period", type=int, default=20, help="node-monitor-grace-period in seconds")
+        sp.add_argument(
+            "--peers",
+            type=_peers,
+            default=[],
+            help="also start these peers, comma-separated: redfish (sushy-tools), ec2 (moto), vsphere "
+            "(govmomi's vCenter simulator); their endpoints and credentials are in lab.json 'peers'",
+        )
 
     sub.add_parser("build", help="build/cache the control plane binaries").set_defaults(func=cmd_build)
     up = sub.add_parser("up", help="start the lab in the background")

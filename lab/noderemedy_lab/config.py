@@ -16,6 +16,10 @@ snmpd FC switch            +11
 snmpsim APC MasterSwitch   +12
 snmpsim Eaton ePDU         +13
 snmpsim FC switch (IF-MIB) +14
+Redfish BMC (sushy-tools)  +15 (https)
+EC2 endpoint (moto)        +16 (http)
+fence_kdump listener       +17 (udp, tests)
+vCenter simulator (vcsim)  +18 (https)
 BMC of node i (ipmi_sim)   +100 + i
 =========================  ==================
 
@@ -32,6 +36,8 @@ from pathlib import Path
 KUBERNETES_VERSION = "1.34.4"
 KWOK_VERSION = "0.7.0"
 ETCD_VERSION = "3.6.16"
+#: govmomi, whose vCenter simulator the lab's vSphere peer runs (``data/vcsim/main.go``).
+GOVMOMI_VERSION = "0.52.0"
 
 #: Debian packages the lab needs, by the component that needs them (for clear errors).
 DEBIAN_PACKAGES = {
@@ -54,6 +60,10 @@ PORT_OFFSETS = {
     "snmpsim-apc": 12,
     "snmpsim-eaton": 13,
     "snmpsim-fc": 14,
+    "redfish": 15,
+    "moto": 16,
+    "kdump": 17,
+    "vcsim": 18,
 }
 BMC_PORT_OFFSET = 100
 
@@ -89,6 +99,8 @@ class LabConfig:
             (kube-controller-manager ``--node-monitor-grace-period``).
         node_lease_seconds: kwok's node lease duration in seconds.
         extra_apiserver_args: more kube-apiserver flags, e.g. ``--feature-gates=...``.
+        peers: optional peers to start with the lab (``lab.OPTIONAL_PEERS``: ``redfish``...);
+            tests start them on demand instead (``Lab.ensure_peer``).
     """
 
     workdir: Path = field(default_factory=default_workdir)
@@ -99,6 +111,7 @@ class LabConfig:
     node_monitor_grace_period: int = 20
     node_lease_seconds: int = 10
     extra_apiserver_args: list[str] = field(default_factory=list)
+    peers: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.workdir = Path(self.workdir).resolve()

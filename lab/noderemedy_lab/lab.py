@@ -9,6 +9,7 @@ naming the component) propagates, so a failed start leaves nothing running.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shutil
@@ -29,6 +30,12 @@ exec timeout 10 "{kubectl}" --kubeconfig "{kubeconfig}" --request-timeout=5s \\
 """
 
 
+#: Peers started on demand (:meth:`Lab.ensure_peer`): name -> module with ``start_peer``, ``ready``,
+#: ``READY_TIMEOUT`` and optionally ``configure(endpoint, lab)`` (run once it is ready; returns the
+#: endpoint to record). The process is named after the peer.
+OPTIONAL_PEERS = {"redfish": "redfish", "ec2": "ec2", "vsphere": "vsphere"}
+
+
 class Lab:
     """A running lab. Attributes once started: ``config``, ``info`` (the ``lab.json`` document),
     ``kubeconfig`` (Path or None without kube), ``supervisor`` (owns the processes).
@@ -44,6 +51,7 @@ class Lab:
         self.supervisor: Supervisor | None = None
         self._records: dict[str, dict] = {}
         self._api = None
+        self._power_hook: list[str] | None = None
 
     # ------------------------------------------------------------------ lifecycle
     def start(self, progress: Callable[[str], None] | None = None, ready_timeout: float = 90.0) -> Lab:
@@ -77,6 +85,10 @@ class Lab:
 
                 say(f"starting {cfg.nodes} BMC(s), PDUs and FC switches")
                 self.info["devices"] = start_devices(sup, cfg, node_names, power_hook)
+            self._power_hook = power_hook
+            for peer in cfg.peers:
+                say(f"starting the {peer} peer")
+                self.ensure_peer(peer, write=False)
             if cfg.kube:
                 say("waiting for the nodes to turn Ready")
                 self.wait_nodes(node_names, "True", ready_timeout)
@@ -97,6 +109,40 @@ class Lab:
         if self.config.state_file.exists():
             self.info["state"] = "stopped"
             self.write_state()
+
+    def ensure_peer(self, name: str, write: bool = True) -> dict:
+        """Start the optional peer ``name`` (one of :data:`OPTIONAL_PEERS`) unless it runs; its endpoint.
+
+        Optional peers start only when asked for (``LabConfig.peers``, ``noderemedy-lab up --peers``,
+        or a test's session fixture), so runs that do not need them do not pay for them. The
+        endpoint is also stored as ``info["peers"][name]`` (and in ``lab.json`` when ``write``).
+        Raises ComponentError naming the peer (nothing of it left running).
+        """
+        if name not in OPTIONAL_PEERS:
+            raise ComponentError("lab", f"peer {name!r}: expected one of {sorted(OPTIONAL_PEERS)}")
+        peers = self.info.setdefault("peers", {})
+        if name in peers and self.supervisor is not None and self.supervisor.procs[name].alive():
+            return peers[name]
+        if self.supervisor is None:
+            raise ComponentError(name, "the lab is not started")
+        base = self.config.workdir / "devices"
+        base.mkdir(parents=True, exist_ok=True)
+        module = importlib.import_module(f".{OPTIONAL_PEERS[name]}", __package__)
+        endpoint, proc = module.start_peer(
+            self.supervisor, self.config, base, self.info["nodes"], self._power_hook
+        )
+        self.supervisor.wait_ready(proc, lambda: module.ready(endpoint), module.READY_TIMEOUT)
+        configure = getattr(module, "configure", None)
+        if configure is not None:
+            try:
+                endpoint = configure(endpoint, self)
+            except BaseException:
+                self.supervisor.stop(name)
+                raise
+        peers[name] = endpoint
+        if write:
+            self.write_state()
+        return endpoint
 
     def _prepare_workdir(self) -> None:
         cfg = self.config

@@ -175,3 +175,47 @@ def write_kubeconfig(path: Path, server: str, pki: Path, stem: str, user: str | 
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     os.chmod(path, 0o600)
     return path
+
+
+def issue_device_pki(directory: Path, cn: str) -> dict[str, Path]:
+    """A device's own CA and its HTTPS serving certificate for 127.0.0.1 / localhost.
+
+    Writes ``ca.crt``, ``server.crt`` and ``server.key`` (0600) under ``directory`` (created) and
+    returns ``{"ca": path, "cert": path, "key": path}``. A client verifies the device by ``ca.crt``,
+    as an admin would with the CA that signed a BMC's certificate.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    now = dt.datetime.now(dt.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = _name(f"{cn}-ca")
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + VALIDITY)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    sans = [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
+    crt = (
+        x509.CertificateBuilder()
+        .subject_name(_name(cn))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + VALIDITY)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    paths = {"ca": directory / "ca.crt", "cert": directory / "server.crt", "key": directory / "server.key"}
+    paths["ca"].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    paths["cert"].write_bytes(crt.public_bytes(serialization.Encoding.PEM))
+    _write_key(paths["key"], key)
+    return paths

@@ -101,3 +101,30 @@ def lab_kube(lab: Lab) -> Lab:
     if lab.kubeconfig is None:
         pytest.fail("this test needs the lab's control plane; unset NODEREMEDY_LAB_KUBE=0")
     return lab
+
+
+@pytest.fixture(scope="session")
+def redfish_peer(lab: Lab) -> dict:
+    """The lab's Redfish BMC (sushy-tools emulator), started the first time a test asks for it.
+
+    Its endpoint: see :func:`noderemedy_lab.redfish.start_peer`.
+    """
+    return lab.ensure_peer("redfish")
+
+
+@pytest.fixture(scope="session")
+def ec2_peer(lab: Lab) -> dict:
+    """The lab's EC2 endpoint (moto's server), started the first time a test asks for it.
+
+    Its endpoint: see :func:`noderemedy_lab.ec2.configure`.
+    """
+    return lab.ensure_peer("ec2")
+
+
+@pytest.fixture(scope="session")
+def vsphere_peer(lab: Lab) -> dict:
+    """The lab's vCenter (govmomi's simulator), started the first time a test asks for it.
+
+    Its endpoint: see :func:`noderemedy_lab.vsphere.start_peer`.
+    """
+    return lab.ensure_peer("vsphere")

@@ -14,7 +14,7 @@ options:
       - Read the device credentials from this Kubernetes Secret instead of task options. The module
         reads the Secret itself, so the values never appear in a task result, an extra variable or
         a log; every value read is masked in what the module returns.
-      - Secret keys - IPMI C(username), C(password); SNMP v1/v2c C(community); SNMPv3 C(username),
+      - Secret keys - IPMI, Redfish and vSphere C(username), C(password); AWS C(access_key), C(secret_key); SNMP v1/v2c C(community); SNMPv3 C(username),
         C(password) (authentication key) and C(priv_password) (privacy key). A key missing from the
         Secret is skipped; an option given to the task wins over the Secret.
       - Kubernetes access - O(credentials_secret.kubeconfig) and O(credentials_secret.context), else

@@ -119,8 +119,14 @@ class VerifyError(FenceError):
 
 
 def aggregate(states: dict[str, str]) -> str:
-    """One state for several plugs, as fence-agents ``get_multi_power_fn``: ``on`` if any plug is on."""
-    return ON if any(s == ON for s in states.values()) else OFF
+    """One state for several plugs, as fence-agents ``get_multi_power_fn``: ``on`` if any plug is on,
+    ``off`` only if every plug is off, else the first other state (a transition such as a Redfish
+    ``powering_off``, which is never taken for off)."""
+    values = list(states.values())
+    if any(s == ON for s in values):
+        return ON
+    others = [s for s in values if s != OFF]
+    return others[0] if others else OFF
 
 
 def unverified(method: str, target: str, plugs: list[str]) -> dict[str, Any]:
@@ -241,7 +247,8 @@ class FenceDriver:
         """
 
     def get_state(self, plug: str) -> str:
-        """Read back ``plug``'s state: ``on`` or ``off``. Raises a :class:`FenceError`."""
+        """Read back ``plug``'s state: ``on``, ``off``, or a transition / unknown state (any other
+        string; never taken for ``on`` or ``off``). Raises a :class:`FenceError`."""
         raise NotImplementedError
 
     def set_state(self, plug: str, state: str) -> None:

@@ -11,7 +11,7 @@ workloads corrupts data, so adding it is guarded (DESIGN.md, safety invariant 1)
 
 * the node must be NotReady (condition ``Ready`` is ``False`` or ``Unknown``);
 * the caller passes the fencing modules' evidence of a verified fence,
-  ``{"verified": true, "method": "ipmi"|"pdu"|"fc", "target": str, "state": "off"|"disabled",
+  ``{"verified": true, "method": "ipmi"|"redfish"|"pdu"|"fc", "target": str, "state": "off"|"disabled",
   "verified_at": epoch seconds}``, not older than ``fence_max_age`` seconds.
 
 Removing the taint (recovery) is not guarded. Pure decisions (evidence, readiness, taint lists,
@@ -33,7 +33,15 @@ OUT_OF_SERVICE_EFFECT = "NoExecute"
 EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 #: method -> the read-back state that proves the fence (power off; storage/network port disabled).
-FENCE_STATES = {"ipmi": "off", "pdu": "off", "fc": "disabled"}
+FENCE_STATES = {
+    "ipmi": "off",
+    "redfish": "off",
+    "aws": "off",
+    "vmware": "off",
+    "kdump": "kdump",
+    "pdu": "off",
+    "fc": "disabled",
+}
 
 #: Seconds a fence's ``verified_at`` may lie in the future (clock skew between hosts).
 CLOCK_SKEW = 5.0
@@ -67,7 +75,7 @@ def validate_fence_evidence(evidence: Any, max_age: float, now: float) -> dict[s
     """Check the fencing modules' ``fence`` result before workloads are released.
 
     Args:
-        evidence: ``{"verified": true, "method": "ipmi"|"pdu"|"fc", "target": str,
+        evidence: ``{"verified": true, "method": "ipmi"|"redfish"|"pdu"|"fc", "target": str,
             "state": "off"|"disabled", "verified_at": epoch seconds}``.
         max_age: seconds the verification may be old (``fence_max_age``).
         now: current time, epoch seconds.

@@ -116,6 +116,11 @@ class FenceReading:
         return self.fenced and self.node == node
 
 
+#: Device types whose verified ``off`` is a power fence (everything on the node is dead). A kdump
+#: message counts: the node runs its crash kernel (fence-agents ``fence_kdump``).
+POWER_DEVICE_TYPES: tuple[str, ...] = ("ipmi", "redfish", "aws", "vmware", "kdump", "pdu")
+
+
 @dataclass(frozen=True)
 class MethodReading:
     """The read-back of one fence method after it ran: ``device_type`` (ipmi/pdu/fc), the
@@ -130,13 +135,13 @@ class MethodReading:
 def reading_from_methods(node: str, readings: tuple[MethodReading, ...], now: float) -> FenceReading | None:
     """Reduce a step's per-method read-backs to one :class:`FenceReading`, or None if nothing fences.
 
-    Rule (DESIGN.md): a power device (ipmi, pdu) asked ``off`` and read back ``off`` is a power
+    Rule (DESIGN.md): a power device (:data:`POWER_DEVICE_TYPES`) asked ``off`` and read back ``off`` is a power
     fence; otherwise, if the step turned fc ports off, the node is storage-isolated only when
     *every* such port read back ``off``. Methods asked ``on``/``reboot`` prove nothing. When fc
     ports were turned off but one is not read back off, the reading is ``fenced=False``.
     """
     for r in readings:
-        if r.device_type in ("ipmi", "pdu") and r.action == "off" and r.state == "off":
+        if r.device_type in POWER_DEVICE_TYPES and r.action == "off" and r.state == "off":
             return FenceReading(node, True, "power_off", r.method, now)
     ports = [r for r in readings if r.device_type == "fc" and r.action == "off"]
     if ports:

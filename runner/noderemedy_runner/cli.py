@@ -222,6 +222,21 @@ def build_parser() -> argparse.ArgumentParser:
         "those annotated remediation.noderemedy.io/runner=true; the annotation wins; docs/metal3.md)",
     )
     act.add_argument(
+        "--cloud-credentials-secret",
+        default=None,
+        metavar="NAME",
+        help="a cloud node (spec.providerID aws:///...) without fence-config-<node> gets the seed's "
+        "default cloud configuration (mark-unschedulable, restart-instance, mark-unschedulable) with "
+        "the credentials of this Secret in --namespace (keys access_key, secret_key) (default: off; "
+        "docs/fencing.md)",
+    )
+    act.add_argument(
+        "--cloud-endpoint-url",
+        default=None,
+        metavar="URL",
+        help="with --cloud-credentials-secret: an EC2-compatible endpoint instead of AWS's own",
+    )
+    act.add_argument(
         "--dry-run",
         action="store_true",
         help="decide and report (logs, metrics) but act on nothing: no NodeFence, status, Lease, "
@@ -423,6 +438,7 @@ def main(argv: list[str] | None = None) -> int:
             t.start()
             threads.append(t)
         if not args.detect_only:
+            from noderemedy_runner.fencecfg import CloudDefaults
             from noderemedy_runner.watcher import Watcher
 
             watcher = Watcher(
@@ -442,6 +458,9 @@ def main(argv: list[str] | None = None) -> int:
                     max_restarts=args.max_restarts,
                     restart_delay_seconds=args.restart_delay,
                 ),
+                cloud=CloudDefaults(args.cloud_credentials_secret, args.cloud_endpoint_url)
+                if args.cloud_credentials_secret
+                else None,
                 kubeconfig=args.kubeconfig,
                 metal3_selector=args.metal3_selector,
                 playbook_dir=args.playbook_dir,

@@ -40,13 +40,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from noderemedy_runner.actions import Action, FenceReading, MethodReading, reading_from_methods
+from noderemedy_runner.actions import (
+    POWER_DEVICE_TYPES,
+    Action,
+    FenceReading,
+    MethodReading,
+    reading_from_methods,
+)
 
 log = logging.getLogger(__name__)
 
 #: Fencing modules whose results are collected (FQCN → device type).
 FENCE_MODULES: dict[str, str] = {
     "noderemedy.core.ipmi_power": "ipmi",
+    "noderemedy.core.redfish_power": "redfish",
+    "noderemedy.core.aws_instance_power": "aws",
+    "noderemedy.core.vmware_vm_power": "vmware",
+    "noderemedy.core.kdump_wait": "kdump",
     "noderemedy.core.pdu_outlet": "pdu",
     "noderemedy.core.fc_port": "fc",
 }
@@ -177,6 +187,9 @@ def method_readings(
     whose device type does not match its method is read as ``unknown`` (never a fence).
     """
     out: list[MethodReading] = []
+    fencing = set(FENCE_MODULES.values())
+    # methods of other kinds (a cloud default's mark-unschedulable) return no fencing result
+    methods = [m for m in methods if str(m.get("device_type", "")) in fencing]
     for method, res in zip(methods, modules, strict=False):
         dtype = str(method.get("device_type", ""))
         state = res.read_back if res.device_type == dtype else "unknown"
@@ -199,7 +212,7 @@ def fence_reading(
     if reading is None or not reading.fenced:
         return reading, None
     pairs = list(zip(readings, outcome.modules, strict=False))
-    wanted = ("ipmi", "pdu") if reading.kind == "power_off" else ("fc",)
+    wanted = POWER_DEVICE_TYPES if reading.kind == "power_off" else ("fc",)
     for r, res in pairs:
         if r.device_type in wanted and r.action == "off" and r.state == "off":
             return reading, dict(res.fence)

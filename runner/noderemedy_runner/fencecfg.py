@@ -17,18 +17,23 @@ Format (node remedy seed, "Bare-metal configmaps"; DESIGN.md "NodeFence")::
     # ConfigMap fence-method-template-<name>
     data:
       template.properties: |
-        type=pdu                         # ipmi | pdu | fc (or the seed's agent_name=fence_...)
+        type=pdu                         # ipmi | redfish | pdu | fc (or the seed's agent_name=fence_...)
         model=eaton                      # pdu: auto | apc-rpdu | apc-ms | apc-ms6 | eaton |
                                          #      eaton-managed | eaton-switched | generic
-                                         # fc: ifmib | cisco-mds; ipmi: none
-        address=127.0.0.1:16013          # host[:port] or scheme://host[:port]
+                                         # fc: ifmib | cisco-mds; ipmi, redfish: none
+        address=127.0.0.1:16013          # host[:port] or scheme://host[:port]; redfish: https://
+                                         # (default), http://, redfish://, redfish+http(s)://
         secret=eaton-pdu-credentials     # the Secret holding the credentials (its *name*)
         snmp_version=2c                  # optional non-secret device options, per type
                                          # (DEVICE_OPTIONS), passed to the module as they are
 
 Credentials never live in these ConfigMaps: ``password=``, ``username=``, ``community=`` and the
 like are rejected with a pointer to ``secret=``. The parsed result carries Secret *names* only.
-Device types map to modules: ``ipmi`` → ``noderemedy.core.ipmi_power``, ``pdu`` →
+A vmware method's ``plug=`` is the VM's name or UUID (default: the node's name). A kdump method (``type=kdump``, the listening side of ``fence_kdump``; ``address=`` optional,
+the listen address and port; no ``secret=``) waits for the node's kdump message: ``action=off``
+only, ``plug=`` the node's address (default: its name). A redfish method's ``plug=`` is optional: the system's URI or its Id/Name (without it, the BMC's
+only system). Device types map to modules: ``ipmi`` → ``noderemedy.core.ipmi_power``,
+``redfish`` → ``noderemedy.core.redfish_power``, ``pdu`` →
 ``noderemedy.core.pdu_outlet``, ``fc`` → ``noderemedy.core.fc_port``; ``model`` maps to the
 module's ``profile`` (:data:`MODEL_PROFILES`) and a method's ``action`` to the module's
 ``state`` (:data:`ACTION_STATES`: fc ``off``/``on`` are ``disabled``/``enabled``).
@@ -45,7 +50,7 @@ from typing import Any, Literal
 
 from noderemedy_runner.actions import Step
 
-DeviceType = Literal["ipmi", "pdu", "fc"]
+DeviceType = Literal["ipmi", "redfish", "aws", "vmware", "kdump", "pdu", "fc", "node"]
 
 CONFIG_PREFIX = "fence-config-"
 METHOD_PREFIX = "fence-method-"
@@ -55,13 +60,24 @@ TEMPLATE_KEY = "template.properties"
 
 DEVICE_MODULES: dict[str, str] = {
     "ipmi": "noderemedy.core.ipmi_power",
+    "redfish": "noderemedy.core.redfish_power",
+    "aws": "noderemedy.core.aws_instance_power",
+    "vmware": "noderemedy.core.vmware_vm_power",
+    "kdump": "noderemedy.core.kdump_wait",
     "pdu": "noderemedy.core.pdu_outlet",
     "fc": "noderemedy.core.fc_port",
 }
+#: Methods that act on the Node object, not a device (the seed's ``mark-unschedulable``); only the
+#: default cloud configuration uses them. A method's ``action`` off/on is cordon/uncordon.
+NODE_MODULES: dict[str, str] = {"node": "noderemedy.core.node_drain"}
 #: ``model=`` per device type → the module's ``profile`` option (first entry: the default).
 #: ``eaton`` is fence_eaton_snmp's behaviour: detect managed/switched by sysObjectID (``auto``).
 MODEL_PROFILES: dict[str, dict[str, str]] = {
     "ipmi": {},
+    "redfish": {},
+    "aws": {},
+    "vmware": {},
+    "kdump": {},
     "pdu": {
         "auto": "auto",
         "apc-rpdu": "apc_rpdu",
@@ -77,12 +93,21 @@ MODEL_PROFILES: dict[str, dict[str, str]] = {
 PDU_MODELS = tuple(MODEL_PROFILES["pdu"])
 DEVICE_ACTIONS: dict[str, tuple[str, ...]] = {
     "ipmi": ("on", "off", "reboot"),
+    "redfish": ("on", "off", "reboot"),
+    "aws": ("on", "off", "reboot"),
+    "vmware": ("on", "off", "reboot"),
+    "kdump": ("off",),
     "pdu": ("on", "off", "reboot"),
     "fc": ("on", "off"),
 }
 #: A method's ``action`` → the module's ``state``.
 ACTION_STATES: dict[str, dict[str, str]] = {
     "ipmi": {"on": "on", "off": "off", "reboot": "reboot"},
+    "redfish": {"on": "on", "off": "off", "reboot": "reboot"},
+    "aws": {"on": "on", "off": "off", "reboot": "reboot"},
+    "vmware": {"on": "on", "off": "off", "reboot": "reboot"},
+    "kdump": {"off": "wait"},
+    "node": {"off": "cordon", "on": "uncordon"},
     "pdu": {"on": "on", "off": "off", "reboot": "reboot"},
     "fc": {"on": "enabled", "off": "disabled"},
 }
@@ -94,11 +119,18 @@ _SNMP_OPTIONS: dict[str, tuple[str, ...] | None] = {
 }
 _INT = ("<integer>",)
 _OID = ("<oid>",)
+_URI = ("<uri>",)
+_REGION = ("<region>",)
+_URI_RE = re.compile(r"^/[A-Za-z0-9_.~!$&'()*+,;=:@%/-]*$")
 _OID_RE = re.compile(r"^\.?[0-9]+(\.[0-9]+)+$")
 #: Non-secret device options a template may set, per type, with their allowed values (``_INT``:
 #: an integer, ``_OID``: a dotted OID, ``_BOOL``: true/false). Names are the modules' options.
 DEVICE_OPTIONS: dict[str, dict[str, tuple[str, ...] | None]] = {
     "ipmi": {"cipher": ("3", "17"), "privlvl": ("callback", "user", "operator", "administrator")},
+    "redfish": {"ssl_insecure": ("true", "false"), "redfish_uri": _URI},
+    "aws": {"region": _REGION},
+    "vmware": {"ssl_insecure": ("true", "false")},
+    "kdump": {"family": ("auto", "ipv4", "ipv6"), "timeout": _INT},
     "pdu": {
         **_SNMP_OPTIONS,
         "status_oid": _OID,
@@ -123,11 +155,24 @@ _GENERIC_ONLY = (
 #: The seed's fence-agents ``agent_name=`` values and the (type, model) they stand for.
 SEED_AGENTS: dict[str, tuple[str, str | None]] = {
     "fence_ipmilan": ("ipmi", None),
+    "fence_redfish": ("redfish", None),
+    "fence_aws": ("aws", None),
+    "fence_vmware_soap": ("vmware", None),
+    "fence_kdump": ("kdump", None),
     "fence_apc_snmp": ("pdu", "auto"),
     "fence_eaton_snmp": ("pdu", "eaton"),
     "fence_ifmib": ("fc", "ifmib"),
     "fence_brocade": ("fc", "ifmib"),  # driven through the switch's IF-MIB, not fence_brocade's telnet
     "fence_cisco_mds": ("fc", "cisco-mds"),
+}
+#: Address schemes of a redfish template → HTTPS (Metal3's BareMetalHost ``spec.bmc.address``
+#: schemes, plus plain ``https``/``http``); no scheme means HTTPS.
+REDFISH_SCHEMES: dict[str, bool] = {
+    "https": True,
+    "redfish": True,
+    "redfish+https": True,
+    "http": False,
+    "redfish+http": False,
 }
 #: config.properties keys → NodeFence step.
 STEP_KEYS: dict[str, Step] = {
@@ -200,7 +245,7 @@ class FenceTemplate:
     @property
     def module(self) -> str:
         """FQCN of the collection module that drives this device type."""
-        return DEVICE_MODULES[self.device_type]
+        return DEVICE_MODULES.get(self.device_type) or NODE_MODULES[self.device_type]
 
     @property
     def profile(self) -> str | None:
@@ -269,7 +314,86 @@ class FenceConfig:
 
     def secret_names(self) -> frozenset[str]:
         """Names of every Secret the configuration refers to (for RBAC checks and pre-flight)."""
-        return frozenset(m.template.secret_name for s in STEP_KEYS.values() for m in self.methods(s))
+        return frozenset(
+            m.template.secret_name
+            for s in STEP_KEYS.values()
+            for m in self.methods(s)
+            if m.template.secret_name
+        )
+
+
+@dataclass(frozen=True)
+class CloudDefaults:
+    """Where the seed's default cloud configuration gets its credentials and endpoint.
+
+    ``secret_name``: the one Secret (in the runner's namespace) with the cloud credentials (AWS:
+    keys ``access_key``, ``secret_key``); ``endpoint_url``: an EC2-compatible endpoint instead of
+    AWS's own (None: AWS).
+    """
+
+    secret_name: str
+    endpoint_url: str | None = None
+
+
+#: ``spec.providerID`` scheme → the device type whose module fences such a node. Providers the
+#: node remedy seed names without a tested driver here (gce, openstack, azure, vsphere) are
+#: refused with a clear error (docs/fencing.md says what a user needs instead).
+CLOUD_PROVIDERS: dict[str, DeviceType] = {"aws": "aws"}
+#: The seed's default cloud configuration: method name, step, action.
+CLOUD_DEFAULT_METHODS = (
+    ("mark-unschedulable", "isolation", "off"),
+    ("restart-instance", "power_management", "reboot"),
+    ("mark-unschedulable", "recovery", "on"),
+)
+
+
+def cloud_default_config(node: str, provider_id: str, cloud: CloudDefaults) -> FenceConfig:
+    """The node remedy seed's default configuration for a cloud node without ``fence-config-<node>``.
+
+    ``isolation=mark-unschedulable`` (cordon), ``power_management=restart-instance`` (stop,
+    verified, then start: the ``aws`` module's ``reboot``), ``recovery=mark-unschedulable`` (undone:
+    uncordon). The provider is the scheme of the Node's ``spec.providerID`` (``aws:///zone/i-...``);
+    credentials come from ``cloud.secret_name``.
+
+    Raises:
+        FenceConfigError: (ConfigMap ``fence-config-<node>``, key None) for a node without a
+            providerID, or of a provider with no driver here, naming it.
+    """
+    name = config_map_name(node)
+    scheme = provider_id.split("://", 1)[0] if "://" in provider_id else ""
+    if scheme not in CLOUD_PROVIDERS:
+        what = f"spec.providerID {provider_id!r}" if provider_id else "no spec.providerID"
+        raise FenceConfigError(
+            name,
+            None,
+            f"not found, and node {node!r} has {what}: the default cloud configuration covers "
+            f"providers {sorted(CLOUD_PROVIDERS)} only",
+        )
+    dtype = CLOUD_PROVIDERS[scheme]
+    endpoint = cloud.endpoint_url or ""
+    host, port = _parse_address(endpoint, name) if endpoint else ("", None)
+    template = FenceTemplate(
+        configmap="(default cloud configuration)",
+        device_type=dtype,
+        model=None,
+        address=endpoint,
+        secret_name=cloud.secret_name,
+        ipaddr=host,
+        ipport=port,
+        options=(("provider_id", provider_id),),
+    )
+    node_template = FenceTemplate("(default cloud configuration)", "node", None, "", "")
+    steps: dict[str, list[FenceMethod]] = {"isolation": [], "power_management": [], "recovery": []}
+    for method, step, action in CLOUD_DEFAULT_METHODS:
+        tmpl = template if method == "restart-instance" else node_template
+        steps[step].append(FenceMethod(method, tmpl, None, action))
+    return FenceConfig(
+        name,
+        node,
+        tuple(steps["isolation"]),
+        tuple(steps["power_management"]),
+        tuple(steps["recovery"]),
+    )
 
 
 def config_map_name(node: str) -> str:
@@ -368,6 +492,10 @@ def _device_options(
             ok = value.isdigit()
         elif choices == _OID:
             ok = bool(_OID_RE.match(value))
+        elif choices == _URI:
+            ok = bool(_URI_RE.match(value))
+        elif choices == _REGION:
+            ok = bool(re.match(r"^[a-z]{2}(-[a-z]+)+-[0-9]$", value))
         else:
             ok = choices is None or value in choices
         if not ok:
@@ -376,6 +504,10 @@ def _device_options(
                 if choices == _INT
                 else "a dotted OID"
                 if choices == _OID
+                else "an absolute path (/...)"
+                if choices == _URI
+                else "a region name (us-east-1)"
+                if choices == _REGION
                 else f"one of {list(choices or ())}"
             )
             raise FenceConfigError(configmap, TEMPLATE_KEY, f"{key}={value!r} is not {want}")
@@ -443,13 +575,30 @@ def parse_template(configmap: str, data: Any) -> FenceTemplate:
         address = props["address"]
     elif "ipaddr" in props:
         address = props["ipaddr"] + (f":{props['ipport']}" if props.get("ipport") else "")
+    elif dtype in ("aws", "kdump"):
+        address = ""  # aws: AWS's own regional endpoint; kdump: listen on every address, port 7410
     else:
         raise FenceConfigError(configmap, TEMPLATE_KEY, "missing address= (host[:port] of the device)")
-    if not address:
+    if not address and dtype not in ("aws", "kdump"):
         raise FenceConfigError(configmap, TEMPLATE_KEY, "address= is empty")
-    host, port = _parse_address(address, configmap)
+    host, port = _parse_address(address, configmap) if address else ("", None)
+    if dtype == "aws" and address and not re.match(r"^https?://", address):
+        raise FenceConfigError(
+            configmap, TEMPLATE_KEY, f"address={address!r}: an EC2 endpoint is http(s)://host[:port]"
+        )
+    if dtype == "redfish":
+        scheme = address.split("://", 1)[0] if "://" in address else "https"
+        if scheme not in REDFISH_SCHEMES:
+            raise FenceConfigError(
+                configmap,
+                TEMPLATE_KEY,
+                f"address={address!r}: scheme {scheme!r} not one of {sorted(REDFISH_SCHEMES)}",
+            )
+        options = tuple(sorted((*options, ("ssl", "true" if REDFISH_SCHEMES[scheme] else "false"))))
 
     secret = props.get("secret", "")
+    if not secret and dtype == "kdump":  # the kdump protocol has no credentials
+        return FenceTemplate(configmap, dtype, model, address, "", host, port, options)  # type: ignore[arg-type]
     if not secret:
         raise FenceConfigError(
             configmap, TEMPLATE_KEY, "missing secret= (name of the Secret with the credentials)"
@@ -574,6 +723,24 @@ def parse_fence_config(
         if template.device_type == "ipmi":
             if plug is not None:
                 raise FenceConfigError(configmap, key, "plug= does not apply to ipmi (the BMC is per host)")
+        elif template.device_type == "vmware":
+            # optional: the VM's name or UUID; without it, the VM named after the node
+            if plug is not None and not _PLUG_RE.match(plug):
+                raise FenceConfigError(configmap, key, f"plug={plug!r} is not a VM name or UUID")
+        elif template.device_type == "kdump":
+            # optional: the node's host name or address the message comes from (default: the node)
+            if plug is not None and not _PLUG_RE.match(plug):
+                raise FenceConfigError(configmap, key, f"plug={plug!r} is not a host name or address")
+        elif template.device_type == "aws":
+            # optional: the instance id; without it, the one in the Node's spec.providerID
+            if plug is not None and not re.match(r"^i-[0-9a-f]{8,17}$", plug):
+                raise FenceConfigError(configmap, key, f"plug={plug!r} is not an EC2 instance id (i-...)")
+        elif template.device_type == "redfish":
+            # optional: the system's URI, or its Id/Name/UUID; without it, the BMC's only system
+            if plug is not None and not (_URI_RE.match(plug) or _PLUG_RE.match(plug)):
+                raise FenceConfigError(
+                    configmap, key, f"plug={plug!r} is not a system URI (/redfish/v1/Systems/...) or Id"
+                )
         else:
             if plug is None:
                 raise FenceConfigError(

@@ -135,14 +135,17 @@ class Metal3RemediationStatus:
 
 @dataclass(frozen=True)
 class HostRef:
-    """The BareMetalHost of the remediated Machine: ``spec.bmc.address``,
-    ``spec.bmc.credentialsName`` (a Secret name, never its data), ``spec.online``."""
+    """The BareMetalHost of the remediated Machine: ``spec.bmc.address`` (``ipmi://``,
+    ``redfish://``, ``redfish+http://``, ``redfish+https://``; roles/metal3_reboot picks the
+    module), ``spec.bmc.credentialsName`` (a Secret name, never its data), ``spec.online``,
+    ``spec.bmc.disableCertificateVerification``."""
 
     name: str
     namespace: str
     bmc_address: str
     credentials_name: str
     online: bool
+    disable_certificate_verification: bool = False
 
     @classmethod
     def from_object(cls, bmh: Mapping[str, Any]) -> HostRef:
@@ -159,11 +162,18 @@ class HostRef:
         address = bmc.get("address", "")
         creds = bmc.get("credentialsName", "")
         online = spec.get("online", False)
-        if not isinstance(address, str) or not isinstance(creds, str) or not isinstance(online, bool):
+        insecure = bmc.get("disableCertificateVerification", False)
+        if (
+            not isinstance(address, str)
+            or not isinstance(creds, str)
+            or not isinstance(online, bool)
+            or not isinstance(insecure, bool)
+        ):
             raise Metal3Error(
-                f"{where}: spec.bmc.address/credentialsName must be strings, spec.online a bool"
+                f"{where}: spec.bmc.address/credentialsName must be strings, spec.online and "
+                "spec.bmc.disableCertificateVerification bools"
             )
-        return cls(name, str(meta.get("namespace", "")), address, creds, online)
+        return cls(name, str(meta.get("namespace", "")), address, creds, online, insecure)
 
     @property
     def can_be_powered(self) -> bool:
@@ -204,6 +214,7 @@ def power_action(name: str, host: HostRef, state: str, node: str | None, retry_c
             "namespace": host.namespace,
             "bmc_address": host.bmc_address,
             "credentials_name": host.credentials_name,
+            "disable_certificate_verification": host.disable_certificate_verification,
             "state": state,
             "node": node,
         },

@@ -43,8 +43,10 @@ from noderemedy_runner.actions import (
 from noderemedy_runner.conditions import find_condition, parse_time, set_condition
 from noderemedy_runner.executor import Executor, RunOutcome, fence_reading
 from noderemedy_runner.fencecfg import (
+    CloudDefaults,
     FenceConfig,
     FenceConfigError,
+    cloud_default_config,
     config_map_name,
     parse_fence_config,
     required_templates,
@@ -120,15 +122,23 @@ def _created(obj: Mapping[str, Any], default: float) -> float:
     return parse_time(stamp) if isinstance(stamp, str) else default
 
 
-def load_fence_config(kube: KubeIO, namespace: str, node: str) -> FenceConfig:
+def load_fence_config(
+    kube: KubeIO, namespace: str, node: str, cloud: CloudDefaults | None = None
+) -> FenceConfig:
     """Read and parse ``fence-config-<node>`` and its templates from ``namespace``.
 
+    Without that ConfigMap and with ``cloud`` set, a node whose ``spec.providerID`` names a cloud
+    provider gets the seed's default cloud configuration (:func:`~noderemedy_runner.fencecfg.cloud_default_config`).
     Raises :class:`~noderemedy_runner.fencecfg.FenceConfigError` naming the ConfigMap and key: a
-    missing ``fence-config-<node>``, a template it names that does not exist, anything the parser
-    refuses."""
+    missing ``fence-config-<node>`` (and no default), a template it names that does not exist,
+    anything the parser refuses."""
     name = config_map_name(node)
     data = kube.get_configmap_data(namespace, name)
     if data is None:
+        if cloud is not None:
+            node_obj = kube.get_node(node) or {}
+            provider_id = str((node_obj.get("spec") or {}).get("providerID") or "")
+            return cloud_default_config(node, provider_id, cloud)
         raise FenceConfigError(name, None, f"not found in namespace {namespace!r}")
     templates: dict[str, Any] = {}
     for tname in sorted(required_templates(name, data, node)):
@@ -160,6 +170,7 @@ class NodeFenceReconciler:
         *,
         namespace: str,
         policy: NodeFencePolicy,
+        cloud: CloudDefaults | None = None,
         observer: Observer | None = None,
         clock: Callable[[], float] = time.time,
         dry_run: bool = False,
@@ -168,6 +179,7 @@ class NodeFenceReconciler:
         self.executor = executor
         self.namespace = namespace
         self.policy = policy
+        self.cloud = cloud
         self.observer: Observer = observer or NullObserver()
         self.clock = clock
         self.dry_run = dry_run
@@ -234,7 +246,7 @@ class NodeFenceReconciler:
             ):
                 return None
             try:
-                config = load_fence_config(self.kube, self.namespace, node)
+                config = load_fence_config(self.kube, self.namespace, node, self.cloud)
             except FenceConfigError as err:
                 self._config_error(obj, err)
                 return ERROR_REQUEUE_SECONDS
@@ -657,7 +669,7 @@ class Metal3RemediationReconciler:
             )
             held.evidence = dict(res.fence) if off else None
             if off:
-                self.observer.fence_verified("ipmi", node or host.name, outcome.seconds)
+                self.observer.fence_verified(res.device_type, node or host.name, outcome.seconds)
             self.kube.event(
                 obj,
                 "Normal",

@@ -25,6 +25,7 @@ from typing import Any
 from kubernetes import client
 
 from noderemedy_runner.executor import RUN_NICE, Executor, link_collection
+from noderemedy_runner.fencecfg import CloudDefaults
 from noderemedy_runner.kube.informer import Informer
 from noderemedy_runner.kube.resources import CRD, METAL3REMEDIATION, NODEFENCE, KubeIO
 from noderemedy_runner.logs import bind
@@ -101,6 +102,7 @@ class Watcher:
         metal3_selector: LabelSelector | None = None,
         namespace: str = "noderemedy",
         policy: NodeFencePolicy | None = None,
+        cloud: CloudDefaults | None = None,
         playbook_dir: Path | None = None,
         collections_path: Path | None = None,
         kubeconfig: Path | None = None,
@@ -136,6 +138,7 @@ class Watcher:
             self.executor,
             namespace=namespace,
             policy=policy or NodeFencePolicy(),
+            cloud=cloud,
             observer=self.observer,
             dry_run=dry_run,
         )

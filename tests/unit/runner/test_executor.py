@@ -117,6 +117,14 @@ def test_method_readings_pair_methods_with_results_and_distrust_mismatches() -> 
     assert [(r.method, r.state) for r in readings] == [("fc-off", "off"), ("ipmi-off", "unknown")]
 
 
+def test_method_readings_skip_node_methods_that_return_no_fence() -> None:
+    cordon = {"name": "mark-unschedulable", "device_type": "node", "action": "off"}
+    aws_off = {"name": "stop", "device_type": "aws", "action": "off"}
+    modules = [ModuleResult("noderemedy.core.aws_instance_power", "aws", True, "off", {"verified": True})]
+    readings = method_readings([cordon, aws_off], modules)
+    assert [(r.method, r.device_type, r.state) for r in readings] == [("stop", "aws", "off")]
+
+
 def outcome(*modules: ModuleResult, recovered: bool = False) -> RunOutcome:
     return RunOutcome("i", "successful", 0, modules=modules, recovered=recovered)
 

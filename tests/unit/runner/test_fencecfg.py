@@ -309,6 +309,62 @@ CONFIG_ERRORS: list[tuple[str, Any, str | None, str]] = [
 ]
 
 
+@pytest.mark.parametrize(
+    ("address", "ssl", "port"),
+    [
+        ("bmc-0.example.com", "true", None),
+        ("https://10.0.0.5:8443", "true", 8443),
+        ("redfish://10.0.0.5", "true", None),
+        ("redfish+https://10.0.0.5:443", "true", 443),
+        ("redfish+http://10.0.0.5:8000", "false", 8000),
+        ("http://[::1]:8000", "false", 8000),
+    ],
+)
+def test_redfish_template_schemes_decide_tls(address: str, ssl: str, port: int | None) -> None:
+    t = parse_template(
+        "fence-method-template-rf",
+        {"template.properties": f"type=redfish\naddress={address}\nsecret=rf\nssl_insecure=true"},
+    )
+    assert (t.device_type, t.module, t.ipport) == ("redfish", "noderemedy.core.redfish_power", port)
+    assert dict(t.options) == {"ssl": ssl, "ssl_insecure": "true"}
+    seed = parse_template(
+        "fence-method-template-rf",
+        {"template.properties": f"agent_name=fence_redfish\naddress={address}\nsecret=rf"},
+    )
+    assert seed.device_type == "redfish"
+
+
+def test_redfish_template_refuses_other_schemes_and_bad_uris() -> None:
+    with pytest.raises(FenceConfigError, match="scheme 'ipmi' not one of"):
+        parse_template(
+            "fence-method-template-rf", {"template.properties": "type=redfish\naddress=ipmi://h\nsecret=rf"}
+        )
+    with pytest.raises(FenceConfigError, match="redfish_uri='redfish/v1' is not an absolute path"):
+        parse_template(
+            "fence-method-template-rf",
+            {"template.properties": "type=redfish\naddress=h\nsecret=rf\nredfish_uri=redfish/v1"},
+        )
+
+
+def test_redfish_plug_is_optional_a_system_uri_or_an_id() -> None:
+    data = {
+        "config.properties": f"node_name={NODE}\nisolation=\npower_management=a,b,c\nrecovery=",
+        "fence-method-a": "template=fence-method-template-rf\naction=off",
+        "fence-method-b": "template=fence-method-template-rf\naction=reboot\nplug=/redfish/v1/Systems/1",
+        "fence-method-c": "template=fence-method-template-rf\naction=on\nplug=System.Embedded.1",
+    }
+    templates = {"fence-method-template-rf": {"template.properties": "type=redfish\naddress=h\nsecret=rf"}}
+    cfg = parse_fence_config(CM, data, templates)
+    assert [(m.plug, m.state) for m in cfg.power_management] == [
+        (None, "off"),
+        ("/redfish/v1/Systems/1", "reboot"),
+        ("System.Embedded.1", "on"),
+    ]
+    bad = {**data, "fence-method-a": "template=fence-method-template-rf\naction=off\nplug=a b"}
+    with pytest.raises(FenceConfigError, match="not a system URI"):
+        parse_fence_config(CM, bad, templates)
+
+
 @pytest.mark.parametrize(("configmap", "data", "key", "problem"), CONFIG_ERRORS)
 def test_config_errors_name_configmap_key_and_problem(
     configmap: str, data: Any, key: str | None, problem: str
@@ -358,9 +414,9 @@ TEMPLATE_ERRORS: list[tuple[str, Any, str | None, str]] = [
     ),
     (
         "fence-method-template-x",
-        {"template.properties": "type=redfish\naddress=a\nsecret=s"},
+        {"template.properties": "type=wsman\naddress=a\nsecret=s"},
         "template.properties",
-        "type='redfish' not one of",
+        "type='wsman' not one of",
     ),
     (
         "fence-method-template-x",
@@ -691,3 +747,122 @@ def test_generated_valid_configs_parse_to_what_was_written(case: tuple) -> None:
         for s in ("Isolation", "PowerManagement", "Recovery")
         for m in cfg.methods(s)  # type: ignore[arg-type]
     }
+
+
+def test_cloud_default_configuration_follows_the_seed() -> None:
+    from noderemedy_runner.fencecfg import CloudDefaults, cloud_default_config
+
+    cfg = cloud_default_config(NODE, "aws:///us-east-1a/i-0123456789abcdef0", CloudDefaults("aws-creds"))
+    steps = [
+        (m.name, m.template.device_type, m.action, m.state)
+        for s in ("Isolation", "PowerManagement", "Recovery")
+        for m in cfg.methods(s)
+    ]  # type: ignore[arg-type]
+    assert steps == [
+        ("mark-unschedulable", "node", "off", "cordon"),
+        ("restart-instance", "aws", "reboot", "reboot"),
+        ("mark-unschedulable", "node", "on", "uncordon"),
+    ]
+    power = cfg.power_management[0].to_extravars()
+    assert power["module"] == "noderemedy.core.aws_instance_power" and power["secret_name"] == "aws-creds"
+    assert (
+        power["options"] == {"provider_id": "aws:///us-east-1a/i-0123456789abcdef0"}
+        and power["address"] == ""
+    )
+    assert cfg.isolation[0].to_extravars()["module"] == "noderemedy.core.node_drain"
+    assert cfg.secret_names() == frozenset({"aws-creds"})
+    lab = cloud_default_config(
+        NODE, "aws:///us-east-1a/i-0123456789abcdef0", CloudDefaults("c", "http://127.0.0.1:24016")
+    )
+    assert (lab.power_management[0].template.ipaddr, lab.power_management[0].template.ipport) == (
+        "127.0.0.1",
+        24016,
+    )
+
+
+@pytest.mark.parametrize(
+    "provider_id", ["", "gce://project/zone/vm-1", "openstack:///uuid", "azure:///subscriptions/x"]
+)
+def test_cloud_default_refuses_nodes_of_providers_without_a_driver(provider_id: str) -> None:
+    from noderemedy_runner.fencecfg import CloudDefaults, cloud_default_config
+
+    with pytest.raises(FenceConfigError, match="covers providers \\['aws'\\] only"):
+        cloud_default_config(NODE, provider_id, CloudDefaults("c"))
+
+
+def test_aws_template_endpoint_region_and_instance_plug() -> None:
+    t = parse_template(
+        "fence-method-template-ec2", {"template.properties": "type=aws\nsecret=aws\nregion=eu-west-1"}
+    )
+    assert (t.device_type, t.address, dict(t.options)) == ("aws", "", {"region": "eu-west-1"})
+    t = parse_template(
+        "fence-method-template-ec2",
+        {"template.properties": "agent_name=fence_aws\naddress=http://127.0.0.1:4566\nsecret=aws"},
+    )
+    assert (t.ipaddr, t.ipport) == ("127.0.0.1", 4566)
+    with pytest.raises(FenceConfigError, match="http\\(s\\)://host"):
+        parse_template(
+            "fence-method-template-ec2", {"template.properties": "type=aws\naddress=127.0.0.1\nsecret=aws"}
+        )
+    with pytest.raises(FenceConfigError, match="region"):
+        parse_template(
+            "fence-method-template-ec2", {"template.properties": "type=aws\nsecret=aws\nregion=moon"}
+        )
+    data = {
+        "config.properties": f"node_name={NODE}\nisolation=\npower_management=stop\nrecovery=",
+        "fence-method-stop": "template=fence-method-template-ec2\naction=off\nplug=node-1",
+    }
+    tmpl = {"fence-method-template-ec2": {"template.properties": "type=aws\nsecret=aws"}}
+    with pytest.raises(FenceConfigError, match="not an EC2 instance id"):
+        parse_fence_config(CM, data, tmpl)
+
+
+def test_kdump_template_needs_no_secret_and_waits_before_power() -> None:
+    data = {
+        "config.properties": f"node_name={NODE}\nisolation=kdump\npower_management=bmc-off\nrecovery=",
+        "fence-method-kdump": "template=fence-method-template-kdump\naction=off",
+        "fence-method-bmc-off": "template=fence-method-template-bmc\naction=off",
+    }
+    templates = {
+        "fence-method-template-kdump": {"template.properties": "agent_name=fence_kdump\ntimeout=30"},
+        "fence-method-template-bmc": {"template.properties": "type=ipmi\naddress=127.0.0.1:623\nsecret=bmc"},
+    }
+    cfg = parse_fence_config(CM, data, templates)
+    kdump = cfg.isolation[0].to_extravars()
+    assert (kdump["module"], kdump["state"], kdump["secret_name"], kdump["options"]) == (
+        "noderemedy.core.kdump_wait",
+        "wait",
+        "",
+        {"timeout": "30"},
+    )
+    assert cfg.secret_names() == frozenset({"bmc"})
+    bad = {**data, "fence-method-kdump": "template=fence-method-template-kdump\naction=on"}
+    with pytest.raises(FenceConfigError, match="action='on' not supported by kdump"):
+        parse_fence_config(CM, bad, templates)
+
+
+def test_vmware_template_and_vm_plug() -> None:
+    t = parse_template(
+        "fence-method-template-vc",
+        {
+            "template.properties": "agent_name=fence_vmware_soap\naddress=vc.example.com\nsecret=vc\nssl_insecure=true"
+        },
+    )
+    assert (t.device_type, t.module, t.ipaddr, dict(t.options)) == (
+        "vmware",
+        "noderemedy.core.vmware_vm_power",
+        "vc.example.com",
+        {"ssl_insecure": "true"},
+    )
+    data = {
+        "config.properties": f"node_name={NODE}\nisolation=\npower_management=vm-off,vm-on\nrecovery=",
+        "fence-method-vm-off": "template=fence-method-template-vc\naction=off",
+        "fence-method-vm-on": "template=fence-method-template-vc\naction=on\nplug=4223a0e5-0a1b-4f3e-9e1c-a1b2c3d4e5f6",
+    }
+    cfg = parse_fence_config(
+        CM, data, {"fence-method-template-vc": {"template.properties": "type=vmware\naddress=vc\nsecret=vc"}}
+    )
+    assert [(m.plug, m.state) for m in cfg.power_management] == [
+        (None, "off"),
+        ("4223a0e5-0a1b-4f3e-9e1c-a1b2c3d4e5f6", "on"),
+    ]

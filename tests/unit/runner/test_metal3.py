@@ -124,9 +124,33 @@ def test_power_extravars_carry_references_only() -> None:
         "namespace": "metal3",
         "bmc_address": "ipmi://127.0.0.1:9001",
         "credentials_name": "host-1-bmc",
+        "disable_certificate_verification": False,
         "state": "off",
         "node": NODE,
     }
+
+
+@pytest.mark.parametrize("insecure", [True, False])
+def test_redfish_host_certificate_setting_is_passed_on(insecure: bool) -> None:
+    bmh = {
+        "metadata": {"name": "h", "namespace": "metal3"},
+        "spec": {
+            "online": True,
+            "bmc": {
+                "address": "redfish+https://10.0.0.5/redfish/v1/Systems/1",
+                "credentialsName": "h-bmc",
+                "disableCertificateVerification": insecure,
+            },
+        },
+    }
+    host = HostRef.from_object(bmh)
+    assert host.disable_certificate_verification is insecure and host.can_be_powered
+    bad = {
+        **bmh,
+        "spec": {**bmh["spec"], "bmc": {**bmh["spec"]["bmc"], "disableCertificateVerification": "yes"}},
+    }
+    with pytest.raises(Metal3Error, match="disableCertificateVerification"):
+        HostRef.from_object(bad)
 
 
 def test_exhaustive_sweep() -> None:

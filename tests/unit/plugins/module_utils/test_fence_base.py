@@ -301,3 +301,46 @@ def test_any_start_reaches_the_target_or_fails_never_lies(
     assert all(s == target for s in drv.actual.values())
     assert res.changed == (any(s != target for s in states.values()))
     assert drv.evidence(res)["verified"] == (target == "off")
+
+
+@given(
+    st.dictionaries(
+        st.sampled_from(["1", "2", "3"]), st.sampled_from(["on", "off", "powering_off"]), min_size=1
+    )
+)
+def test_aggregate_is_off_only_when_every_plug_reads_off(states: dict[str, str]) -> None:
+    assert (aggregate(states) == "off") == all(s == "off" for s in states.values())
+
+
+class TransitionDriver(TableDriver):
+    """A device that reports a transition (Redfish ``PoweringOff``) for ``transition_reads`` reads."""
+
+    def __init__(self, *a, transition_reads: int = 0, **kw) -> None:
+        super().__init__(*a, **kw)
+        self.transition_reads = transition_reads
+
+    def get_state(self, plug: str) -> str:
+        state = super().get_state(plug)
+        if self.transition_reads:
+            self.transition_reads -= 1
+            return "powering_off"
+        return state
+
+
+def test_a_transition_is_never_taken_for_off() -> None:
+    drv = TransitionDriver({"1": "on"}, transition_reads=10_000, power_timeout=2, poll_interval=0.5)
+    with pytest.raises(VerifyError, match="powering_off"):
+        drv.run("off")
+
+
+def test_status_during_a_transition_is_no_evidence() -> None:
+    drv = TransitionDriver({"1": "off"}, transition_reads=1)
+    res = drv.run("status")
+    assert res.state_after == "powering_off" and res.verified_off_at is None
+    assert drv.evidence(res)["verified"] is False
+
+
+def test_off_is_verified_once_the_transition_ends() -> None:
+    drv = TransitionDriver({"1": "on"}, transition_reads=3, poll_interval=0.5)
+    res = drv.run("off")
+    assert res.after == {"1": "off"} and res.verified_off_at is not None

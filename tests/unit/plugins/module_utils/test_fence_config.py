@@ -10,11 +10,15 @@ import pytest
 import yaml
 
 from ansible_collections.noderemedy.core.plugins.module_utils import (
+    _aws,
     _fc_switch,
     _fence,
     _ipmi,
+    _kdump,
     _pdu,
+    _redfish,
     _snmp,
+    _vmware,
 )
 from ansible_collections.noderemedy.core.plugins.module_utils._fence import (
     AuthError,
@@ -265,7 +269,15 @@ def _same(spec: dict, doc: dict, name: str) -> None:
 
 @pytest.mark.parametrize(
     ("fragment", "spec"),
-    [("fence", _fence.FENCE_ARG_SPEC), ("ipmi", _ipmi.IPMI_ARG_SPEC), ("snmp", _snmp.SNMP_ARG_SPEC)],
+    [
+        ("fence", _fence.FENCE_ARG_SPEC),
+        ("ipmi", _ipmi.IPMI_ARG_SPEC),
+        ("snmp", _snmp.SNMP_ARG_SPEC),
+        ("redfish", _redfish.REDFISH_ARG_SPEC),
+        ("aws", _aws.AWS_ARG_SPEC),
+        ("vmware", _vmware.VMWARE_ARG_SPEC),
+        ("kdump", _kdump.KDUMP_ARG_SPEC),
+    ],
 )
 def test_doc_fragment_is_one_to_one_with_its_argspec(fragment: str, spec: dict) -> None:
     doc = _fragment(fragment)
@@ -276,12 +288,18 @@ def test_doc_fragment_is_one_to_one_with_its_argspec(fragment: str, spec: dict) 
 
 @pytest.mark.parametrize(
     ("fragment", "spec"),
-    [("ipmi", _ipmi.IPMI_ARG_SPEC), ("snmp", _snmp.SNMP_ARG_SPEC)],
+    [
+        ("ipmi", _ipmi.IPMI_ARG_SPEC),
+        ("snmp", _snmp.SNMP_ARG_SPEC),
+        ("redfish", _redfish.REDFISH_ARG_SPEC),
+        ("aws", _aws.AWS_ARG_SPEC),
+        ("vmware", _vmware.VMWARE_ARG_SPEC),
+    ],
 )
 def test_no_log_only_on_secrets(fragment: str, spec: dict) -> None:
-    secrets = {"password", "community", "snmp_priv_passwd"}
+    secrets = {"password", "community", "snmp_priv_passwd", "secret_key"}
     assert {k for k, v in spec.items() if v.get("no_log")} == secrets & set(spec)
-    assert "no_log" not in spec["username"]
+    assert not spec.get("username", {}).get("no_log")
     for name in secrets & set(spec):
         assert spec[name].get("fallback"), f"{name}: credentials take an environment fallback"
 
@@ -292,6 +310,9 @@ def test_no_log_only_on_secrets(fragment: str, spec: dict) -> None:
         ("ipmi_power", ["ipmi", "fence"], "ipmi_power"),
         ("pdu_outlet", ["snmp", "fence"], "pdu_outlet"),
         ("fc_port", ["snmp", "fence"], "fc_port"),
+        ("redfish_power", ["redfish", "fence", "credentials_secret"], "redfish_power"),
+        ("aws_instance_power", ["aws", "fence", "credentials_secret"], "aws_instance_power"),
+        ("vmware_vm_power", ["vmware", "fence", "credentials_secret"], "vmware_vm_power"),
     ],
 )
 def test_module_docs_match_argspec(module: str, fragments: list[str], extra: str) -> None:
@@ -322,7 +343,14 @@ def test_module_docs_match_argspec(module: str, fragments: list[str], extra: str
 def test_runtime_yml_groups_the_fencing_modules() -> None:
     runtime = yaml.safe_load((ROOT / "meta" / "runtime.yml").read_text())
     assert runtime["requires_ansible"]
-    assert set(runtime["action_groups"]["fencing"]) >= {"ipmi_power", "pdu_outlet", "fc_port"}
+    assert set(runtime["action_groups"]["fencing"]) >= {
+        "ipmi_power",
+        "pdu_outlet",
+        "fc_port",
+        "redfish_power",
+        "aws_instance_power",
+        "vmware_vm_power",
+    }
 
 
 def test_snmp_engines_are_shared_per_credential_set_only() -> None:
@@ -339,3 +367,67 @@ def test_snmp_engines_are_shared_per_credential_set_only() -> None:
     assert len({a._key, c._key, v3a._key, v3b._key}) == 4, "other credentials: other engine"
     for client, secret in ((a, "alpha-community"), (v3a, "privkey123")):
         assert secret not in client._key
+
+
+# -- the drivers added for Redfish, EC2, vSphere and kdump: bad input, pure helpers ---------------
+
+
+@pytest.mark.parametrize(
+    ("provider_id", "expected"),
+    [
+        ("aws:///us-east-1a/i-0123456789abcdef0", ("us-east-1a", "i-0123456789abcdef0")),
+        ("aws:///i-0123456789abcdef0", ("", "i-0123456789abcdef0")),
+    ],
+)
+def test_aws_provider_id_maps_to_zone_and_instance(provider_id: str, expected: tuple) -> None:
+    assert _aws.instance_from_provider_id(provider_id) == expected
+    assert _aws.region_of_zone(expected[0]) == ("us-east-1" if expected[0] else "")
+
+
+@pytest.mark.parametrize(
+    "bad", ["", "gce://p/z/vm", "aws:///us-east-1a/vm-1", "aws://us-east-1a/i-0123456789abcdef0/x"]
+)
+def test_aws_provider_id_refuses_other_forms(bad: str) -> None:
+    with pytest.raises(FenceConfigError, match="^provider_id:"):
+        _aws.instance_from_provider_id(bad)
+
+
+def test_new_drivers_refuse_bad_input_before_any_request() -> None:
+    with pytest.raises(FenceConfigError, match="^password:"):
+        _redfish.RedfishDriver("127.0.0.1", "admin", "")
+    with pytest.raises(FenceConfigError, match="^systems_uri:"):
+        _redfish.RedfishDriver("127.0.0.1", "admin", "pw", systems_uri="redfish/v1/Systems/1")
+    with pytest.raises(FenceConfigError, match="^ipport:"):
+        _redfish.RedfishDriver("127.0.0.1", "admin", "pw", ipport=70000)
+    with pytest.raises(FenceConfigError, match="^region:"):
+        _aws.AwsInstanceDriver("i-0123456789abcdef0", None)
+    with pytest.raises(FenceConfigError, match="^endpoint_url:"):
+        _aws.AwsInstanceDriver("i-0123456789abcdef0", "us-east-1", endpoint_url="127.0.0.1:4566")
+    with pytest.raises(FenceConfigError, match="^plug:"):
+        _vmware.VmwareVmDriver("vc", "u", "p", "")
+    with pytest.raises(FenceConfigError, match="^timeout:"):
+        _kdump.KdumpListener(["127.0.0.1"], timeout=0)
+
+
+def test_redfish_and_vmware_targets_and_tls_choices() -> None:
+    drv = _redfish.RedfishDriver("::1", "admin", "pw", ssl=False)
+    assert (drv.target, drv.base_url, drv.verify) == ("[::1]:80", "http://[::1]:80", False)
+    drv = _redfish.RedfishDriver("bmc", "admin", "pw", ca_path="/etc/ca.crt")
+    assert (drv.target, drv.verify) == ("bmc:443", "/etc/ca.crt")
+    assert (
+        _aws.AwsInstanceDriver("i-0123456789abcdef0", "eu-west-1").target == "ec2.eu-west-1.amazonaws.com:443"
+    )
+
+
+@pytest.mark.parametrize(
+    ("data", "ok"),
+    [
+        (bytes.fromhex("402a301b01000000"), True),  # what fence_kdump_send sends on x86
+        (bytes.fromhex("1b302a4000000001"), True),  # big-endian sender
+        (bytes.fromhex("402a301b02000000"), False),  # unknown version
+        (bytes.fromhex("efbeadde01000000"), False),  # another magic number
+        (bytes.fromhex("402a301b0100000000"), False),  # wrong size
+    ],
+)
+def test_kdump_message_format(data: bytes, ok: bool) -> None:
+    assert _kdump.is_kdump_message(data) is ok

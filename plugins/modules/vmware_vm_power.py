@@ -1,0 +1,217 @@
+#!/usr/bin/python
+# Copyright: noderemedy developers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: vmware_vm_power
+short_description: Fence a node that is a vSphere VM (hard power off / on), verified by read-back
+version_added: 0.2.0
+description:
+  - Powers a VM off (C(PowerOffVM_Task), a hard power-off) or on (C(PowerOnVM_Task)) through vCenter
+    or ESXi, as C(fence_vmware_soap) does, and verifies the result by polling the VM's
+    C(runtime.powerState) until it matches or O(power_timeout) expires.
+  - A C(suspended) VM is not off (it resumes with its memory); C(fence_vmware_soap) reports it off.
+  - Idempotent - O(state=on) / O(state=off) change nothing when the VM already reads back so.
+  - Returns a RV(fence) dictionary that later steps (C(noderemedy.core.node_taint)) accept as proof
+    of a verified fence.
+author:
+  - noderemedy developers (@noderemedy)
+extends_documentation_fragment:
+  - noderemedy.core.vmware
+  - noderemedy.core.fence
+  - noderemedy.core.credentials_secret
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details: Logs in and reads the power state, predicts the result, starts no task.
+  diff_mode:
+    support: full
+    details: The power state before and after.
+  platform:
+    platforms: posix
+options:
+  state:
+    description:
+      - V(off) powers off and verifies C(poweredOff); V(on) powers on and verifies C(poweredOn)
+        (retried, see O(retry_on)).
+      - V(reboot) is V(off) (verified) then V(on); done once off is verified (a failed power-on is a
+        warning). Always changed.
+      - V(status) only reads the power state.
+    type: str
+    required: true
+    choices: [ 'on', 'off', reboot, status ]
+notes:
+  - The user needs the privileges C(VirtualMachine.Interact.PowerOff) and C(VirtualMachine.Interact.PowerOn).
+  - Errors are classified in RV(error) - V(auth) (InvalidLogin), V(privilege) (NoPermission),
+    V(unreachable) (no connection, TLS failure), V(not_found) (no such VM), V(rejected) (other task
+    faults), V(verify) (not read back in time), V(config).
+seealso:
+  - name: fence_vmware_soap
+    description: The fence agent this module follows.
+    link: https://github.com/ClusterLabs/fence-agents/blob/main/agents/vmware_soap/fence_vmware_soap.py
+"""
+
+EXAMPLES = r"""
+- name: Power off the VM behind worker-3 and verify it is off
+  noderemedy.core.vmware_vm_power:
+    ipaddr: vcenter.example.com
+    plug: worker-3
+    ca_path: /etc/pki/vcenter-ca.crt
+    credentials_secret:
+      name: vcenter-fencing
+      namespace: noderemedy
+    state: 'off'
+  register: fenced
+
+- name: Release its workloads only with the evidence
+  noderemedy.core.node_taint:
+    name: worker-3
+    taints:
+      - key: node.kubernetes.io/out-of-service
+        value: nodeshutdown
+        effect: NoExecute
+    fence_evidence: "{{ fenced.fence }}"
+"""
+
+RETURN = r"""
+power_state_before:
+  description: Power read before any task - V(on), V(off) or V(suspended).
+  returned: success
+  type: str
+  sample: 'on'
+power_state:
+  description: Power read back at the end (predicted in check mode).
+  returned: success
+  type: str
+  sample: 'off'
+verify_seconds:
+  description: Seconds from the first power task until the read-back matched (both halves of a reboot); null when nothing was switched.
+  returned: success
+  type: float
+  sample: 0.52
+attempts:
+  description: Power-task rounds sent for the last phase (power-on may be retried).
+  returned: success
+  type: int
+  sample: 1
+error:
+  description: Error class on failure - auth, privilege, unreachable, rejected, not_found, verify, config.
+  returned: failure
+  type: str
+  sample: auth
+fence:
+  description:
+    - Evidence of a verified fence, without secrets, for C(noderemedy.core.node_taint) O(noderemedy.core.node_taint#module:fence_evidence).
+    - C(verified) is true only when C(runtime.powerState) was read back C(poweredOff) during this run.
+  returned: always
+  type: dict
+  contains:
+    verified:
+      description: The VM was read back powered off.
+      type: bool
+      sample: true
+    method:
+      description: Always V(vmware).
+      type: str
+      sample: vmware
+    target:
+      description: vCenter or ESXi as C(host:port).
+      type: str
+      sample: vcenter.example.com:443
+    plugs:
+      description: The VM as given in O(plug).
+      type: list
+      elements: str
+      sample: [worker-3]
+    state:
+      description: V(off) when verified, else the last power state read (null if none).
+      type: str
+      sample: 'off'
+    verified_at:
+      description: Epoch seconds of the read-back that verified off; null when not verified.
+      type: float
+      sample: 1763712000.25
+"""
+
+import traceback  # noqa: E402
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
+
+from ansible_collections.noderemedy.core.plugins.module_utils._fence import (  # noqa: E402
+    FENCE_ARG_SPEC,
+    FenceError,
+    unverified,
+)
+from ansible_collections.noderemedy.core.plugins.module_utils._secret import (  # noqa: E402
+    CREDENTIALS_SECRET_ARGSPEC,
+    apply_credentials_secret,
+)
+from ansible_collections.noderemedy.core.plugins.module_utils._vmware import (  # noqa: E402
+    HAS_PYVMOMI,
+    PYVMOMI_IMPORT_ERROR,
+    VMWARE_ARG_SPEC,
+    VmwareVmDriver,
+)
+
+#: Secret key -> option, for ``credentials_secret``.
+SECRET_KEYS = {"username": "username", "password": "password"}
+
+MODULE_ARG_SPEC = {
+    "state": {"type": "str", "required": True, "choices": ["on", "off", "reboot", "status"]},
+}
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={**VMWARE_ARG_SPEC, **FENCE_ARG_SPEC, **CREDENTIALS_SECRET_ARGSPEC, **MODULE_ARG_SPEC},
+        supports_check_mode=True,
+        mutually_exclusive=[("ssl_insecure", "ca_path")],
+    )
+    if not HAS_PYVMOMI:
+        module.fail_json(msg=missing_required_lib("pyvmomi"), exception=PYVMOMI_IMPORT_ERROR)
+    p = module.params
+    target = f"{p['ipaddr']}:{p['ipport']}"
+    apply_credentials_secret(module, SECRET_KEYS, unverified("vmware", target, [p["plug"]]))
+    driver = None
+    try:
+        driver = VmwareVmDriver(
+            ipaddr=p["ipaddr"],
+            username=p["username"],
+            password=p["password"],
+            plug=p["plug"],
+            ipport=p["ipport"],
+            ssl_insecure=p["ssl_insecure"],
+            ca_path=p["ca_path"],
+            power_timeout=p["power_timeout"],
+            power_wait=p["power_wait"],
+            retry_on=p["retry_on"],
+            poll_interval=p["poll_interval"],
+        )
+        res = driver.run(p["state"], check_mode=module.check_mode)
+    except FenceError as exc:
+        module.fail_json(
+            msg=str(exc),
+            error=exc.category,
+            fence=driver.evidence(None) if driver else unverified("vmware", target, [p["plug"]]),
+            exception=traceback.format_exc(),
+        )
+    for warning in res.warnings:
+        module.warn(warning)
+    result = {
+        "changed": res.changed,
+        "power_state_before": res.state_before,
+        "power_state": res.state_after,
+        "verify_seconds": res.verify_seconds,
+        "attempts": res.attempts,
+        "fence": driver.evidence(res),
+    }
+    if module._diff:
+        result["diff"] = {"before": {"power": res.state_before}, "after": {"power": res.state_after}}
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
