@@ -1,7 +1,10 @@
 """``noderemedy-lab``: start, inspect and stop the embedded lab.
 
     noderemedy-lab build                 build/cache the control plane binaries and the snmpsim venv
-    noderemedy-lab up [--nodes N] ...    start the lab in the background; prints where it is
+    noderemedy-lab up [--nodes N] [--real-nodes N] ...
+                                         start the lab in the background; prints where it is
+    noderemedy-lab power NODE on|off     power a node on/off through its BMC (ipmitool)
+    noderemedy-lab link NODE up|down     reconnect / partition a real node (its veth on the lab bridge)
     noderemedy-lab status                health of every component (exit 1 if any is unhealthy)
     noderemedy-lab env                   shell exports: KUBECONFIG, NODEREMEDY_LAB_DIR, SNMP_PERSISTENT_DIR
     noderemedy-lab down                  stop every lab process (by PID and start time), leave nothing behind
@@ -35,6 +38,7 @@ def _config(args: argparse.Namespace) -> LabConfig:
         port_base=args.port_base,
         kube=not args.no_kube,
         node_monitor_grace_period=args.grace_period,
+        real_nodes=args.real_nodes,
     )
 
 
@@ -74,11 +78,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"ERROR {exc}", flush=True)
         (cfg.workdir / "error.txt").write_text(str(exc))
         return 1
-    lab.write_state({"supervisor": {"pid": os.getpid(), "start_time": proc_start_time(os.getpid())}})
+    lab.info["supervisor"] = {"pid": os.getpid(), "start_time": proc_start_time(os.getpid())}
+    lab.write_state()
     print("READY", flush=True)
+    told: set[tuple[str, int]] = set()
     while not stop.wait(1.0):
         for proc in lab.supervisor.dead() if lab.supervisor else []:
-            print(f"component {proc.name} exited with {proc.popen.returncode}", flush=True)
+            if (proc.name, proc.pid) not in told:
+                told.add((proc.name, proc.pid))
+                print(f"component {proc.name} exited with {proc.popen.returncode}", flush=True)
     lab.stop()
     print("STOPPED", flush=True)
     return 0
@@ -96,7 +104,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         from .build import ensure_binaries
 
         try:
-            ensure_binaries()
+            ensure_binaries(node=cfg.real_nodes > 0)
         except ComponentError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
@@ -105,7 +113,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     argv = [
         sys.executable, "-m", "noderemedy_lab.cli", "--workdir", str(cfg.workdir), "_serve",
         "--nodes", str(cfg.nodes), "--port-base", str(cfg.port_base),
-        "--grace-period", str(cfg.node_monitor_grace_period),
+        "--grace-period", str(cfg.node_monitor_grace_period), "--real-nodes", str(cfg.real_nodes),
     ] + (["--no-kube"] if not cfg.kube else [])  # fmt: skip
     with open(log, "w") as out:
         proc = subprocess.Popen(
@@ -146,6 +154,11 @@ def cmd_down(args: argparse.Namespace) -> int:
     for name, row in state.get("processes", {}).items():
         if stop_recorded(row["pid"], row.get("start_time")):
             left.append(name)
+    if state.get("real_node_names"):
+        # the supervisor died without cleaning up: undo the real nodes from what lab.json says
+        from .realnode import cleanup_recorded
+
+        cleanup_recorded(state)
     if left:
         print(f"stopped leftover processes: {', '.join(left)}")
     still = [
@@ -203,6 +216,44 @@ def cmd_env(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_power(args: argparse.Namespace) -> int:
+    lab = _attached(Path(args.workdir))
+    if args.state == "off":
+        lab.power_off(args.node)
+    else:
+        lab.power_on(args.node)
+    print(f"{args.node}: power {args.state}")
+    return 0
+
+
+def cmd_link(args: argparse.Namespace) -> int:
+    state = _read_state(Path(args.workdir))
+    node = state.get("real_nodes", {}).get(args.node)
+    if node is None:
+        print(f"error: node: {args.node!r} is not a real node of the lab in {args.workdir}", file=sys.stderr)
+        return 1
+    out = subprocess.run(["ip", "link", "set", node["veth"], args.state], capture_output=True, text=True)
+    if out.returncode != 0:
+        print(f"error: link {node['veth']} {args.state}: {out.stderr.strip()}", file=sys.stderr)
+        return 1
+    print(f"{args.node}: link {args.state}")
+    return 0
+
+
+def _attached(workdir: Path):
+    """A Lab object describing the running lab in ``workdir`` (for commands that drive it)."""
+    from .lab import Lab
+
+    state = _read_state(workdir)
+    if state.get("state") != "running":
+        raise ComponentError("lab", f"no running lab in {workdir}")
+    lab = Lab(LabConfig(workdir=workdir, nodes=len(state["nodes"]), port_base=state["port_base"]))
+    lab.info = state
+    if "kube" in state:
+        lab.kubeconfig = Path(state["kube"]["kubeconfig"])
+    return lab
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="noderemedy-lab", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -217,6 +268,12 @@ def parser() -> argparse.ArgumentParser:
         sp.add_argument("--port-base", type=int, default=20000, help="first port of the lab's port layout")
         sp.add_argument("--no-kube", action="store_true", help="devices only (no control plane)")
         sp.add_argument("--grace-period", type=int, default=20, help="node-monitor-grace-period in seconds")
+        sp.add_argument(
+            "--real-nodes",
+            type=int,
+            default=0,
+            help="real nodes (kubelet + containerd), each with a BMC (0..20)",
+        )
 
     sub.add_parser("build", help="build/cache the control plane binaries").set_defaults(func=cmd_build)
     up = sub.add_parser("up", help="start the lab in the background")
@@ -228,6 +285,14 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser("down", help="stop the lab").set_defaults(func=cmd_down)
     sub.add_parser("status", help="health of every component").set_defaults(func=cmd_status)
     sub.add_parser("env", help="shell exports for the running lab").set_defaults(func=cmd_env)
+    pw = sub.add_parser("power", help="power a node on or off through its BMC")
+    pw.add_argument("node")
+    pw.add_argument("state", choices=("on", "off"))
+    pw.set_defaults(func=cmd_power)
+    ln = sub.add_parser("link", help="partition (down) or reconnect (up) a real node")
+    ln.add_argument("node")
+    ln.add_argument("state", choices=("up", "down"))
+    ln.set_defaults(func=cmd_link)
     return p
 
 

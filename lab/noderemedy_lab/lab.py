@@ -13,6 +13,8 @@ import json
 import os
 import shutil
 import subprocess
+import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,7 +24,14 @@ from .procs import ComponentError, Supervisor, proc_start_time, require_binary
 
 POWER_HOOK = """#!/bin/sh
 # ipmi_sim chassis_control power hook (written by noderemedy_lab): $1 = node, $2 = 1 (on) | 0 (off).
-# Relabels the node so kwok starts/stops heartbeating it (see noderemedy_lab.kube).
+# A real node loses every process at once on power off (noderemedy_lab.realnode.kill_node); the lab
+# boots it again when the BMC's power file says on. A kwok node is relabelled so kwok starts/stops
+# heartbeating it (see noderemedy_lab.kube).
+case "$1" in
+  lab-real-*)
+    [ "$2" = 1 ] && exit 0
+    exec "{python}" -m noderemedy_lab.realnode power-off "{real_dir}/$1/spec.json" ;;
+esac
 case "$2" in 1) v=on ;; *) v=off ;; esac
 exec timeout 10 "{kubectl}" --kubeconfig "{kubeconfig}" --request-timeout=5s \\
     label node "$1" {label}="$v" --overwrite
@@ -43,23 +52,42 @@ class Lab:
         self.kubeconfig: Path | None = None
         self.supervisor: Supervisor | None = None
         self._records: dict[str, dict] = {}
+        self.real = None  # RealNodes once started
+        self._binaries: dict[str, Path] = {}
+        self._watch_stop = threading.Event()
+        self._watcher: threading.Thread | None = None
+        self._write_lock = threading.Lock()
 
     # ------------------------------------------------------------------ lifecycle
-    def start(self, progress: Callable[[str], None] | None = None, ready_timeout: float = 90.0) -> Lab:
+    def start(
+        self,
+        progress: Callable[[str], None] | None = None,
+        ready_timeout: float = 90.0,
+        defer_real_nodes: bool = False,
+    ) -> Lab:
         """Start every component; ComponentError (nothing left running) if one fails.
 
         ``ready_timeout`` is how long, in seconds, to wait for all nodes to turn Ready.
+        ``defer_real_nodes``: start the real nodes' BMCs and certificates now but their network,
+        containerd and kubelet only at :meth:`start_real_nodes` (the test suite's lab does this, so
+        that only the tests that need real nodes pay for them).
         """
         say = progress or (lambda line: None)
         cfg = self.config
+        if cfg.real_nodes and not cfg.kube:
+            raise ComponentError("lab", "real_nodes: real nodes need the control plane (kube)")
         self._prepare_workdir()
         node_names = [cfg.node_name(i) for i in range(cfg.nodes)]
+        real_names = [cfg.real_node_name(j) for j in range(cfg.real_nodes)]
         self.info = {"workdir": str(cfg.workdir), "port_base": cfg.port_base, "nodes": node_names}
+        if real_names:
+            self.info["real_node_names"] = real_names
         binaries: dict[str, Path] = {}
         if cfg.kube:
             from .build import ensure_binaries
 
-            binaries = ensure_binaries(say)
+            binaries = ensure_binaries(say, node=bool(real_names))
+            self._binaries = binaries
         self.supervisor = sup = Supervisor(cfg.workdir / "logs")
         t0 = time.monotonic()
         try:
@@ -74,20 +102,139 @@ class Lab:
             if cfg.devices:
                 from .devices import start_devices
 
-                say(f"starting {cfg.nodes} BMC(s), PDUs and FC switches")
-                self.info["devices"] = start_devices(sup, cfg, node_names, power_hook)
+                say(f"starting {cfg.nodes + cfg.real_nodes} BMC(s), PDUs and FC switches")
+                self.info["devices"] = start_devices(sup, cfg, node_names + real_names, power_hook)
             if cfg.kube:
                 say("waiting for the nodes to turn Ready")
                 self.wait_nodes(node_names, "True", ready_timeout)
+            if real_names and not defer_real_nodes:
+                self.start_real_nodes(say)
             self.info["started_in_s"] = round(time.monotonic() - t0, 2)
             self.write_state()
         except BaseException:
+            self._stop_real()
             sup.stop_all()
             raise
         return self
 
+    def start_real_nodes(
+        self, progress: Callable[[str], None] | None = None, ready_timeout: float = 120.0
+    ) -> dict:
+        """Start the real nodes (network, relay, containerd, kubelet, kube-proxy) and wait until
+        each is Ready; returns ``info["real_nodes"]`` (see :meth:`RealNodes.info`). Idempotent.
+
+        ComponentError naming the component (``containerd lab-real-0``, ``kubelet lab-real-1``,
+        ``apiserver-relay``...) if one fails; everything of the real nodes is then stopped again.
+        """
+        from .images import ensure_node_images
+        from .realnode import RealNodes
+
+        if self.real is not None:
+            return self.info["real_nodes"]
+        say = progress or (lambda line: None)
+        cfg = self.config
+        if not cfg.real_nodes or self.supervisor is None:
+            raise ComponentError("lab", "real_nodes: this lab was configured without real nodes")
+        images = ensure_node_images(say)
+        bmcs = self.info.get("devices", {}).get("bmcs", {})
+        real = RealNodes(
+            cfg,
+            self.supervisor,
+            self.info["kube"],
+            self._binaries,
+            images,
+            power_files={n: b["power_file"] for n, b in bmcs.items()},
+        )
+        self.real = real
+        t0 = time.monotonic()
+        try:
+            self.info["real_nodes"] = real.start(say)
+            self._service_endpoints(real.host_ip)
+            say("waiting for the real nodes to turn Ready")
+            deadline = time.monotonic() + ready_timeout
+            while True:
+                real.check_alive()
+                states = self.node_ready(real.names)
+                if all(v == "True" for v in states.values()):
+                    break
+                if time.monotonic() > deadline:
+                    raise ComponentError(
+                        "kubelet", f"real nodes not Ready after {ready_timeout:.0f} s: {states}"
+                    )
+                time.sleep(0.25)
+        except BaseException:
+            self._stop_real()
+            raise
+        self.info["real_nodes_started_in_s"] = round(time.monotonic() - t0, 2)
+        self._watcher = threading.Thread(target=self._watch, name="real-node-power", daemon=True)
+        self._watcher.start()
+        self.write_state()
+        return self.info["real_nodes"]
+
+    def _service_endpoints(self, host_ip: str) -> None:
+        """Point the ``kubernetes`` Service (no endpoint reconciler in the lab) at the relay the
+        real nodes reach, so in-cluster clients on them work through kube-proxy."""
+        doc = {
+            "apiVersion": "v1",
+            "kind": "Endpoints",
+            "metadata": {"name": "kubernetes", "namespace": "default"},
+            "subsets": [
+                {
+                    "addresses": [{"ip": host_ip}],
+                    "ports": [
+                        {"name": "https", "port": self.config.port("kube-apiserver"), "protocol": "TCP"}
+                    ],
+                }
+            ],
+        }
+        path = self.config.workdir / "kube" / "kubernetes-endpoints.json"
+        path.write_text(json.dumps(doc))
+        out = self.kubectl("apply", "-f", str(path))
+        if out.returncode != 0:
+            raise ComponentError(
+                "kube-apiserver", f"cannot set the kubernetes endpoints: {out.stderr.strip()}"
+            )
+
+    def _watch(self) -> None:
+        while not self._watch_stop.wait(0.2):
+            real = self.real
+            if real is None:
+                return
+            try:
+                booted = real.watch()
+            except Exception as exc:  # noqa: BLE001 - keep watching; say what failed
+                print(f"[lab] real node power watcher: {exc}", file=sys.stderr, flush=True)
+                continue
+            if booted:
+                for name in booted:
+                    self._records.pop(f"node {name}", None)
+                self.write_state()
+
+    def _stop_real(self) -> None:
+        self._watch_stop.set()
+        if self._watcher is not None:
+            self._watcher.join(5)
+        if self.real is not None:
+            self.real.stop()
+
+    def partition(self, node: str) -> None:
+        """Cut real node ``node`` off the network (its link goes down); its kubelet and containers
+        keep running."""
+        self._real_node(node).set_link(node, up=False)
+
+    def heal(self, node: str) -> None:
+        """Reconnect real node ``node`` (link up)."""
+        self._real_node(node).set_link(node, up=True)
+
+    def _real_node(self, node: str):
+        if self.real is None or node not in self.real.names:
+            raise ComponentError("lab", f"node: {node!r} is not a running real node of this lab")
+        return self.real
+
     def stop(self) -> None:
-        """Stop every process this lab started (reaping them) and mark ``lab.json`` stopped."""
+        """Stop every process this lab started (reaping them), remove the real nodes' namespaces,
+        links and cgroups, and mark ``lab.json`` stopped."""
+        self._stop_real()
         if self.supervisor is not None:
             self.supervisor.stop_all()
         if self.config.state_file.exists():
@@ -123,6 +270,8 @@ class Lab:
                 kubectl=self.info["kube"]["binaries"]["kubectl"],
                 kubeconfig=self.kubeconfig,
                 label=POWER_LABEL,
+                python=sys.executable,
+                real_dir=self.config.workdir / "real",
             )
         )
         os.chmod(path, 0o755)
@@ -130,6 +279,10 @@ class Lab:
 
     def write_state(self, extra: dict | None = None) -> None:
         """Write ``lab.json`` (mode 0600): ``info`` plus the process table and state."""
+        with self._write_lock:
+            self._write_state(extra)
+
+    def _write_state(self, extra: dict | None) -> None:
         doc = dict(self.info)
         doc.setdefault("state", "running")
         if self.supervisor is not None:
