@@ -52,13 +52,17 @@ def _read_state(workdir: Path) -> dict:
 def cmd_build(args: argparse.Namespace) -> int:
     from .build import ensure_binaries
     from .devices import ensure_simvenv
+    from .images import ensure_node_images
 
     t0 = time.monotonic()
     paths = ensure_binaries()
     venv = ensure_simvenv()
+    images = ensure_node_images(print)
     for name, path in sorted(paths.items()):
         print(f"{name:25s} {path}")
     print(f"{'snmpsim venv':25s} {venv}")
+    for name, path in sorted(images.items()):
+        print(f"{name:25s} {path}")
     print(f"ready in {time.monotonic() - t0:.0f} s")
     return 0
 
@@ -192,7 +196,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             bad += health != "ok"
             print(f"{name + ' health':28s} {health}")
         try:
-            for node, ready in node_ready(Path(state["kube"]["kubeconfig"]), state["nodes"]).items():
+            names = state["nodes"] + state.get("real_node_names", [])
+            for node, ready in node_ready(Path(state["kube"]["kubeconfig"]), names).items():
                 print(f"{'node ' + node:28s} Ready={ready}")
         except Exception as exc:  # noqa: BLE001 - report, do not crash, when the apiserver is down
             bad += 1
