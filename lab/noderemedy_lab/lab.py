@@ -150,6 +150,7 @@ class Lab:
         try:
             self.info["real_nodes"] = real.start(say)
             self._service_endpoints(real.host_ip)
+            self._fc_hooks()
             say("waiting for the real nodes to turn Ready")
             deadline = time.monotonic() + ready_timeout
             while True:
@@ -194,6 +195,42 @@ class Lab:
             raise ComponentError(
                 "kube-apiserver", f"cannot set the kubernetes endpoints: {out.stderr.strip()}"
             )
+
+    def _fc_hooks(self) -> None:
+        """Give the FC switch (snmpd ``fc``) a hook on each real node's port, so that the port's
+        admin status controls the node's access to the shared storage."""
+        import fcntl
+
+        fc = self.info.get("devices", {}).get("snmp", {}).get("fc")
+        if fc is None:
+            return
+        ports = self.info["devices"]["fc_ports"]
+        state_file = Path(fc["state_file"])
+        with open(str(state_file) + ".lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            st = json.loads(state_file.read_text())
+            for name, node in self.info["real_nodes"].items():
+                port = ports[name].rsplit("/", 1)[1]
+                st.setdefault("hooks", {})[port] = [node["fc_hook"]]
+                node["fc_port"] = ports[name]
+            tmp = state_file.with_name(state_file.name + ".tmp")
+            tmp.write_text(json.dumps(st, indent=1))
+            os.replace(tmp, state_file)
+
+    def fc_port(self, node: str, enabled: bool) -> None:
+        """Enable or disable ``node``'s port on the lab's FC switch (snmpd ``fc``) over SNMP, as a
+        fence agent does (IF-MIB ifAdminStatus: up(1) / down(2)). For a real node this cuts or
+        restores its access to the shared storage."""
+        fc = self.info["devices"]["snmp"]["fc"]
+        index = self.info["devices"]["fc_ports"][node].rsplit("/", 1)[1]
+        argv = [
+            require_binary("snmpset", "snmpset", "snmp"), "-v2c", "-c", fc["community"], "-m", "",
+            f"{fc['host']}:{fc['port']}", f".1.3.6.1.2.1.2.2.1.7.{index}", "i", "1" if enabled else "2",
+        ]  # fmt: skip
+        env = {**os.environ, "SNMP_PERSISTENT_DIR": self.info["devices"]["snmp_persistent_dir"]}
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=30, env=env)
+        if out.returncode != 0:
+            raise ComponentError("snmpd-fc", f"port of {node}: {out.stderr.strip() or out.stdout.strip()}")
 
     def _watch(self) -> None:
         while not self._watch_stop.wait(0.2):

@@ -328,6 +328,7 @@ class RealNodes:
                 "kubelet_log": str(self.cfg.workdir / "logs" / f"kubelet-{name}.log"),
                 "shared_dir": str(self.shared),
                 "shared_mount": SHARED_MOUNT + "/data",
+                "fc_hook": str(self.root / name / "fc-hook.sh"),
             }
         return out
 
@@ -505,6 +506,13 @@ class RealNodes:
         fc_state = d / "fc-port"
         if not fc_state.exists():
             fc_state.write_text("up\n")
+        hook = d / "fc-hook.sh"
+        hook.write_text(
+            FC_HOOK.format(
+                state=fc_state, pid_file=d / "init.pid", shared=self.shared, data=SHARED_MOUNT + "/data"
+            )
+        )
+        hook.chmod(0o755)
         spec = {
             "name": name,
             "index": j,
@@ -690,6 +698,26 @@ def _tcp_ok(host: str, port: int) -> bool:
 
     with socket.create_connection((host, port), timeout=0.5):
         return True
+
+
+#: The FC switch's port hook of a real node (``fc-hook.sh up|down``, run by the switch backend,
+#: data/fence_pass.py). The port stands for the node's HBA: down unmounts the shared storage from
+#: the node's mount namespace (lazily: a file a process holds open stays usable through its
+#: descriptor, unlike on a real fabric; the lab's writers open the file for each line), and the
+#: unmount propagates into every pod that mounts it with HostToContainer propagation, where the
+#: read-only tmpfs underneath then fails every write with EROFS. Up mounts it again (propagating
+#: into the pods). The state is kept in ``fc-port`` for a node that is off and boots later.
+FC_HOOK = """#!/bin/sh
+# FC port hook of one lab real node (written by noderemedy_lab.realnode): $1 = up | down
+case "$1" in up|down) ;; *) echo "usage: $0 up|down" >&2; exit 2 ;; esac
+echo "$1" > "{state}"
+pid=$(cat "{pid_file}" 2>/dev/null) || exit 0
+[ -e "/proc/$pid/ns/mnt" ] || exit 0
+if [ "$1" = down ]; then
+    exec nsenter --mount="/proc/$pid/ns/mnt" -- sh -c 'while mountpoint -q "{data}"; do umount -l "{data}" || exit 1; done'
+fi
+exec nsenter --mount="/proc/$pid/ns/mnt" -- sh -c 'mountpoint -q "{data}" || mount --bind "{shared}" "{data}"'
+"""
 
 
 CONTAINERD_CONFIG = """# containerd of one lab real node (written by noderemedy_lab.realnode)

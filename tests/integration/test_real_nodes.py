@@ -29,7 +29,7 @@ NOT_READY = {"False", "Unknown"}
 #: for each line (as the demo's writer does)
 WRITER = (
     "mkdir -p /shared/data; while true; do read up _ < /proc/uptime; "
-    'echo "$POD_UID $up" >> /shared/data/$POD_UID.log; echo "tick $up"; sleep 0.2; done'
+    'echo "$POD_UID $up" >> /shared/data/$POD_UID.log && echo "tick $up"; sleep 0.2; done'
 )
 
 
@@ -176,4 +176,40 @@ def test_partition_leaves_the_container_running(lab_real, namespace, partitioned
 
     lab_real.heal(PARTITIONED)
     lab_real.wait_nodes([PARTITIONED], "True", 120)
+    assert grows(shared)
+
+
+@pytest.fixture
+def fc_disabled(lab_real):
+    yield PARTITIONED
+    lab_real.fc_port(PARTITIONED, True)
+
+
+def test_fc_port_down_fails_every_write_to_the_shared_storage(lab_real, namespace, fc_disabled, tmp_path):
+    info = lab_real.info["real_nodes"][PARTITIONED]
+    apply(
+        lab_real,
+        tmp_path,
+        {**real_pod("s", PARTITIONED, WRITER), "metadata": {"name": "s", "namespace": namespace}},
+    )
+    doc = wait_for(lambda: running(lab_real, namespace, "s"), 60, "pod s Running")
+    shared = Path(info["shared_dir"]) / f"{doc['metadata']['uid']}.log"
+    assert grows(shared)
+
+    lab_real.fc_port(PARTITIONED, False)  # returns once the switch's hook has run
+    count = len(lines(shared))
+    # the writer keeps trying; each attempt now fails inside the container
+    wait_for(
+        lambda: (
+            "Read-only file system"
+            in lab_real.kubectl("-n", namespace, "logs", "s", "--tail=5").stdout
+            + lab_real.kubectl("-n", namespace, "logs", "s", "--tail=5").stderr
+        ),
+        30,
+        "a failed write in the writer's log",
+    )
+    assert len(lines(shared)) == count, "a write reached the shared storage through a disabled FC port"
+    assert running(lab_real, namespace, "s"), "the writer should be alive, only cut off"
+
+    lab_real.fc_port(PARTITIONED, True)
     assert grows(shared)
