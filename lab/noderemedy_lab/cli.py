@@ -5,6 +5,7 @@
                                          start the lab in the background; prints where it is
     noderemedy-lab power NODE on|off     power a node on/off through its BMC (ipmitool)
     noderemedy-lab link NODE up|down     reconnect / partition a real node (its veth on the lab bridge)
+    noderemedy-lab import-image FILE     import an image archive into every real node's containerd
     noderemedy-lab status                health of every component (exit 1 if any is unhealthy)
     noderemedy-lab env                   shell exports: KUBECONFIG, NODEREMEDY_LAB_DIR, SNMP_PERSISTENT_DIR
     noderemedy-lab down                  stop every lab process (by PID and start time), leave nothing behind
@@ -231,6 +232,20 @@ def cmd_power(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_import(args: argparse.Namespace) -> int:
+    state = _read_state(Path(args.workdir))
+    from .realnode import import_image
+
+    nodes = state.get("real_nodes", {})
+    if not nodes:
+        print(f"error: the lab in {args.workdir} has no running real node", file=sys.stderr)
+        return 1
+    for name, node in nodes.items():
+        import_image(node["containerd_socket"], Path(args.archive), f"containerd {name}")
+        print(f"{name}: imported {args.archive}")
+    return 0
+
+
 def cmd_link(args: argparse.Namespace) -> int:
     state = _read_state(Path(args.workdir))
     node = state.get("real_nodes", {}).get(args.node)
@@ -294,6 +309,9 @@ def parser() -> argparse.ArgumentParser:
     pw.add_argument("node")
     pw.add_argument("state", choices=("on", "off"))
     pw.set_defaults(func=cmd_power)
+    im = sub.add_parser("import-image", help="import an image archive into every real node's containerd")
+    im.add_argument("archive")
+    im.set_defaults(func=cmd_import)
     ln = sub.add_parser("link", help="partition (down) or reconnect (up) a real node")
     ln.add_argument("node")
     ln.add_argument("state", choices=("up", "down"))

@@ -254,6 +254,16 @@ class Lab:
         if self.real is not None:
             self.real.stop()
 
+    def import_image(self, archive: Path, nodes: list[str] | None = None) -> None:
+        """Import an OCI/Docker archive into the containerd of each running real node (all by
+        default) with ``ctr -n k8s.io images import``, as a node without a registry gets images.
+        ComponentError naming the node's containerd if an import fails."""
+        from .realnode import import_image
+
+        for name, node in self.info.get("real_nodes", {}).items():
+            if nodes is None or name in nodes:
+                import_image(node["containerd_socket"], Path(archive), f"containerd {name}")
+
     def partition(self, node: str) -> None:
         """Cut real node ``node`` off the network (its link goes down); its kubelet and containers
         keep running."""

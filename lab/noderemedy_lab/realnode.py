@@ -673,6 +673,12 @@ def leftovers(cfg: LabConfig) -> list[str]:
     return out
 
 
+def import_image(socket: str, archive: Path, component: str) -> None:
+    """``ctr -a <socket> -n k8s.io images import <archive>``; ComponentError naming ``component``."""
+    ctr = require_binary("ctr", component, "containerd")
+    _run([ctr, "-a", socket, "-n", "k8s.io", "images", "import", str(archive)], component)
+
+
 def cleanup_recorded(state: dict) -> list[str]:
     """Undo the real nodes of a lab whose supervisor is gone, from its ``lab.json`` document:
     kill what is left in its cgroups, delete its namespaces and links (names with its prefix) and
