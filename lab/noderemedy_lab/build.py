@@ -11,6 +11,7 @@ Layout under :func:`noderemedy_lab.config.cache_dir`::
 
     src/kubernetes-v1.34.4/go.mod        the consumer module
     bin/kubernetes-v1.34.4/{kube-apiserver,kube-controller-manager,kube-scheduler,kubectl}
+    bin/kubernetes-v1.34.4/{kubelet,kube-proxy}       (the real nodes'; same consumer module)
     bin/kwok-v0.7.0/kwok
     bin/etcd-v3.6.16/etcd
     bin/vcsim-lab-govmomi-v0.52.0/vcsim-lab   govmomi's vCenter simulator + the lab's power hook
@@ -37,6 +38,8 @@ from .config import ETCD_VERSION, GOVMOMI_VERSION, KUBERNETES_VERSION, KWOK_VERS
 from .procs import ComponentError, tail
 
 KUBE_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+#: What a real node runs, built from the same consumer module (about 4 more minutes on 2 cores).
+NODE_COMMANDS = ("kubelet", "kube-proxy")
 
 
 def _bin_dirs() -> dict[str, Path]:
@@ -52,16 +55,20 @@ def _bin_dirs() -> dict[str, Path]:
 def binary_paths() -> dict[str, Path]:
     """Where each lab binary lives once built: name -> path (may not exist yet)."""
     dirs = _bin_dirs()
-    paths = {name: dirs["kubernetes"] / name for name in KUBE_COMMANDS}
+    paths = {name: dirs["kubernetes"] / name for name in KUBE_COMMANDS + NODE_COMMANDS}
     paths["kwok"] = dirs["kwok"] / "kwok"
     paths["etcd"] = dirs["etcd"] / "etcd"
     paths["vcsim"] = dirs["vcsim"] / "vcsim-lab"
     return paths
 
 
-def missing() -> list[str]:
-    """Names of lab binaries not built yet."""
-    return [name for name, path in binary_paths().items() if not path.is_file()]
+def missing(node: bool = True) -> list[str]:
+    """Names of lab binaries not built yet (``node``: count the real nodes' kubelet and kube-proxy)."""
+    return [
+        name
+        for name, path in binary_paths().items()
+        if not path.is_file() and (node or name not in NODE_COMMANDS)
+    ]
 
 
 def _go() -> str:
@@ -141,8 +148,9 @@ def _kube_gomod(workdir: Path, log: Path, progress: Callable[[str], None]) -> No
     progress(f"  kubernetes: consumer module with {len(staging)} staging replaces")
 
 
-def build_kubernetes(progress: Callable[[str], None]) -> None:
-    """Build kube-apiserver, kube-controller-manager, kube-scheduler and kubectl (version stamped)."""
+def build_kubernetes(progress: Callable[[str], None], commands: tuple[str, ...] = KUBE_COMMANDS) -> None:
+    """Build ``commands`` of ``k8s.io/kubernetes/cmd`` (version stamped) from the consumer module:
+    by default kube-apiserver, kube-controller-manager, kube-scheduler and kubectl."""
     dest = _bin_dirs()["kubernetes"]
     src = cache_dir() / "src" / f"kubernetes-v{KUBERNETES_VERSION}"
     src.mkdir(parents=True, exist_ok=True)
@@ -164,14 +172,14 @@ def build_kubernetes(progress: Callable[[str], None]) -> None:
     with tempfile.TemporaryDirectory(dir=src) as tmp:
         _run(
             [_go(), "build", "-trimpath", "-ldflags", ldflags, "-o", tmp + "/"]
-            + [f"k8s.io/kubernetes/cmd/{c}" for c in KUBE_COMMANDS],
+            + [f"k8s.io/kubernetes/cmd/{c}" for c in commands],
             src,
             log,
-            f"kubernetes v{KUBERNETES_VERSION} ({', '.join(KUBE_COMMANDS)})",
+            f"kubernetes v{KUBERNETES_VERSION} ({', '.join(commands)})",
             progress,
         )
         dest.mkdir(parents=True, exist_ok=True)
-        for c in KUBE_COMMANDS:
+        for c in commands:
             os.replace(Path(tmp) / c, dest / c)
 
 
@@ -268,20 +276,27 @@ def build_vcsim(progress: Callable[[str], None]) -> None:
         os.replace(Path(tmp) / "vcsim-lab", dest / "vcsim-lab")
 
 
-def ensure_binaries(progress: Callable[[str], None] | None = None) -> dict[str, Path]:
+def ensure_binaries(progress: Callable[[str], None] | None = None, node: bool = True) -> dict[str, Path]:
     """Build whatever lab binary is missing and return name -> path for all of them.
+
+    ``node``: also the real nodes' kubelet and kube-proxy (False: a kwok-only lab does not wait
+    for them; they are then absent from the result if not built).
 
     ``progress`` receives human-readable lines (default: print to stderr). The first build takes
     several minutes on 2 cores (the control plane is a large Go program); later calls return at once.
     Raises ComponentError naming the component whose build failed.
     """
     say = progress or (lambda line: print(line, file=sys.stderr, flush=True))
-    todo = missing()
+    todo = missing(node)
     if any(name in todo for name in KUBE_COMMANDS):
         say(
             f"building Kubernetes v{KUBERNETES_VERSION} from the Go module proxy (first time: several minutes)"
         )
         build_kubernetes(say)
+    node_todo = tuple(name for name in NODE_COMMANDS if name in todo)
+    if node_todo:
+        say(f"building the real nodes' {' and '.join(node_todo)} v{KUBERNETES_VERSION} (first time: ~4 min)")
+        build_kubernetes(say, node_todo)
     if "kwok" in todo:
         say(f"building kwok v{KWOK_VERSION}")
         _go_install("sigs.k8s.io/kwok/cmd/kwok", KWOK_VERSION, _bin_dirs()["kwok"], "kwok", say)
@@ -291,7 +306,7 @@ def ensure_binaries(progress: Callable[[str], None] | None = None) -> dict[str, 
     if "vcsim" in todo:
         say(f"building the vCenter simulator (govmomi v{GOVMOMI_VERSION})")
         build_vcsim(say)
-    still = missing()
+    still = missing(node)
     if still:
         raise ComponentError("build", f"binaries still missing after build: {', '.join(still)}")
-    return binary_paths()
+    return {name: path for name, path in binary_paths().items() if path.is_file()}

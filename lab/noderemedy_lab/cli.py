@@ -1,7 +1,11 @@
 """``noderemedy-lab``: start, inspect and stop the embedded lab.
 
     noderemedy-lab build                 build/cache the control plane binaries and the snmpsim venv
-    noderemedy-lab up [--nodes N] ...    start the lab in the background; prints where it is
+    noderemedy-lab up [--nodes N] [--real-nodes N] ...
+                                         start the lab in the background; prints where it is
+    noderemedy-lab power NODE on|off     power a node on/off through its BMC (ipmitool)
+    noderemedy-lab link NODE up|down     reconnect / partition a real node (its veth on the lab bridge)
+    noderemedy-lab import-image FILE     import an image archive into every real node's containerd
     noderemedy-lab status                health of every component (exit 1 if any is unhealthy)
     noderemedy-lab env                   shell exports: KUBECONFIG, NODEREMEDY_LAB_DIR, SNMP_PERSISTENT_DIR
     noderemedy-lab down                  stop every lab process (by PID and start time), leave nothing behind
@@ -36,6 +40,7 @@ def _config(args: argparse.Namespace) -> LabConfig:
         kube=not args.no_kube,
         node_monitor_grace_period=args.grace_period,
         peers=list(args.peers),
+        real_nodes=args.real_nodes,
     )
 
 
@@ -60,13 +65,17 @@ def _read_state(workdir: Path) -> dict:
 def cmd_build(args: argparse.Namespace) -> int:
     from .build import ensure_binaries
     from .devices import ensure_simvenv
+    from .images import ensure_node_images
 
     t0 = time.monotonic()
     paths = ensure_binaries()
     venv = ensure_simvenv()
+    images = ensure_node_images(print)
     for name, path in sorted(paths.items()):
         print(f"{name:25s} {path}")
     print(f"{'snmpsim venv':25s} {venv}")
+    for name, path in sorted(images.items()):
+        print(f"{name:25s} {path}")
     print(f"ready in {time.monotonic() - t0:.0f} s")
     return 0
 
@@ -86,11 +95,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"ERROR {exc}", flush=True)
         (cfg.workdir / "error.txt").write_text(str(exc))
         return 1
-    lab.write_state({"supervisor": {"pid": os.getpid(), "start_time": proc_start_time(os.getpid())}})
+    lab.info["supervisor"] = {"pid": os.getpid(), "start_time": proc_start_time(os.getpid())}
+    lab.write_state()
     print("READY", flush=True)
+    told: set[tuple[str, int]] = set()
     while not stop.wait(1.0):
         for proc in lab.supervisor.dead() if lab.supervisor else []:
-            print(f"component {proc.name} exited with {proc.popen.returncode}", flush=True)
+            if (proc.name, proc.pid) not in told:
+                told.add((proc.name, proc.pid))
+                print(f"component {proc.name} exited with {proc.popen.returncode}", flush=True)
     lab.stop()
     print("STOPPED", flush=True)
     return 0
@@ -108,7 +121,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         from .build import ensure_binaries
 
         try:
-            ensure_binaries()
+            ensure_binaries(node=cfg.real_nodes > 0)
         except ComponentError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
@@ -117,7 +130,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     argv = [
         sys.executable, "-m", "noderemedy_lab.cli", "--workdir", str(cfg.workdir), "_serve",
         "--nodes", str(cfg.nodes), "--port-base", str(cfg.port_base),
-        "--grace-period", str(cfg.node_monitor_grace_period),
+        "--grace-period", str(cfg.node_monitor_grace_period), "--real-nodes", str(cfg.real_nodes),
     ] + (["--no-kube"] if not cfg.kube else []) + (["--peers", ",".join(cfg.peers)] if cfg.peers else [])  # fmt: skip
     with open(log, "w") as out:
         proc = subprocess.Popen(
@@ -158,6 +171,11 @@ def cmd_down(args: argparse.Namespace) -> int:
     for name, row in state.get("processes", {}).items():
         if stop_recorded(row["pid"], row.get("start_time")):
             left.append(name)
+    if state.get("real_node_names"):
+        # the supervisor died without cleaning up: undo the real nodes from what lab.json says
+        from .realnode import cleanup_recorded
+
+        cleanup_recorded(state)
     if left:
         print(f"stopped leftover processes: {', '.join(left)}")
     still = [
@@ -191,7 +209,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             bad += health != "ok"
             print(f"{name + ' health':28s} {health}")
         try:
-            for node, ready in node_ready(_client(Path(state["kube"]["kubeconfig"])), state["nodes"]).items():
+            names = state["nodes"] + state.get("real_node_names", [])
+            for node, ready in node_ready(_client(Path(state["kube"]["kubeconfig"])), names).items():
                 print(f"{'node ' + node:28s} Ready={ready}")
         except Exception as exc:  # report, do not crash, when the apiserver is down
             bad += 1
@@ -215,6 +234,58 @@ def cmd_env(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_power(args: argparse.Namespace) -> int:
+    lab = _attached(Path(args.workdir))
+    if args.state == "off":
+        lab.power_off(args.node)
+    else:
+        lab.power_on(args.node)
+    print(f"{args.node}: power {args.state}")
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    state = _read_state(Path(args.workdir))
+    from .realnode import import_image
+
+    nodes = state.get("real_nodes", {})
+    if not nodes:
+        print(f"error: the lab in {args.workdir} has no running real node", file=sys.stderr)
+        return 1
+    for name, node in nodes.items():
+        import_image(node["containerd_socket"], Path(args.archive), f"containerd {name}")
+        print(f"{name}: imported {args.archive}")
+    return 0
+
+
+def cmd_link(args: argparse.Namespace) -> int:
+    state = _read_state(Path(args.workdir))
+    node = state.get("real_nodes", {}).get(args.node)
+    if node is None:
+        print(f"error: node: {args.node!r} is not a real node of the lab in {args.workdir}", file=sys.stderr)
+        return 1
+    out = subprocess.run(["ip", "link", "set", node["veth"], args.state], capture_output=True, text=True)
+    if out.returncode != 0:
+        print(f"error: link {node['veth']} {args.state}: {out.stderr.strip()}", file=sys.stderr)
+        return 1
+    print(f"{args.node}: link {args.state}")
+    return 0
+
+
+def _attached(workdir: Path):
+    """A Lab object describing the running lab in ``workdir`` (for commands that drive it)."""
+    from .lab import Lab
+
+    state = _read_state(workdir)
+    if state.get("state") != "running":
+        raise ComponentError("lab", f"no running lab in {workdir}")
+    lab = Lab(LabConfig(workdir=workdir, nodes=len(state["nodes"]), port_base=state["port_base"]))
+    lab.info = state
+    if "kube" in state:
+        lab.kubeconfig = Path(state["kube"]["kubeconfig"])
+    return lab
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="noderemedy-lab", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -236,6 +307,12 @@ def parser() -> argparse.ArgumentParser:
             help="also start these peers, comma-separated: redfish (sushy-tools), ec2 (moto), vsphere "
             "(govmomi's vCenter simulator); their endpoints and credentials are in lab.json 'peers'",
         )
+        sp.add_argument(
+            "--real-nodes",
+            type=int,
+            default=0,
+            help="real nodes (kubelet + containerd), each with a BMC (0..20)",
+        )
 
     sub.add_parser("build", help="build/cache the control plane binaries").set_defaults(func=cmd_build)
     up = sub.add_parser("up", help="start the lab in the background")
@@ -247,6 +324,17 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser("down", help="stop the lab").set_defaults(func=cmd_down)
     sub.add_parser("status", help="health of every component").set_defaults(func=cmd_status)
     sub.add_parser("env", help="shell exports for the running lab").set_defaults(func=cmd_env)
+    pw = sub.add_parser("power", help="power a node on or off through its BMC")
+    pw.add_argument("node")
+    pw.add_argument("state", choices=("on", "off"))
+    pw.set_defaults(func=cmd_power)
+    im = sub.add_parser("import-image", help="import an image archive into every real node's containerd")
+    im.add_argument("archive")
+    im.set_defaults(func=cmd_import)
+    ln = sub.add_parser("link", help="partition (down) or reconnect (up) a real node")
+    ln.add_argument("node")
+    ln.add_argument("state", choices=("up", "down"))
+    ln.set_defaults(func=cmd_link)
     return p
 
 

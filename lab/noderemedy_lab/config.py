@@ -23,6 +23,11 @@ vCenter simulator (vcsim)  +18 (https)
 BMC of node i (ipmi_sim)   +100 + i
 =========================  ==================
 
+Real nodes (:mod:`noderemedy_lab.realnode`) come after the kwok nodes in the device layout (node
+``lab-real-<j>`` has BMC ``+100 + nodes + j``); their kubelet, kube-proxy and containerd listen
+inside the node's own network namespace, so they take no port on the host. The apiserver reaches
+them, and they reach it, through the lab's bridge (see :func:`LabConfig.node_network`).
+
 Ports stay below 32768 (the start of Linux's ephemeral range) for bases up to 31000 - nodes.
 """
 
@@ -46,7 +51,17 @@ DEBIAN_PACKAGES = {
     "snmpd": "snmpd",
     "snmpget": "snmp",
     "fence_ipmilan": "fence-agents",
+    "containerd": "containerd",
+    "ctr": "containerd",
+    "runc": "runc",
+    "socat": "socat",
+    "nsenter": "util-linux",
+    "buildah": "buildah",
+    "busybox": "busybox-static",
 }
+
+#: Where Debian's containernetworking-plugins puts the CNI plugins (not /opt/cni/bin).
+CNI_BIN_DIR = "/usr/lib/cni"
 
 PORT_OFFSETS = {
     "etcd": 0,
@@ -66,6 +81,8 @@ PORT_OFFSETS = {
     "vcsim": 18,
 }
 BMC_PORT_OFFSET = 100
+#: Most real nodes one lab runs (each costs ~200 MiB and a share of 2 cores).
+MAX_REAL_NODES = 20
 
 #: Label the lab's BMC power hook sets on a node: kwok manages (heartbeats) only nodes whose label
 #: is not "off", so a powered-off node stops heartbeating and the real node lifecycle controller
@@ -101,6 +118,9 @@ class LabConfig:
         extra_apiserver_args: more kube-apiserver flags, e.g. ``--feature-gates=...``.
         peers: optional peers to start with the lab (``lab.OPTIONAL_PEERS``: ``redfish``...);
             tests start them on demand instead (``Lab.ensure_peer``).
+        real_nodes: number of real nodes (kubelet + containerd + runc in their own network and
+            mount namespaces, ``lab-real-<j>``), 0 to 20; each also gets a BMC, PDU outlet and FC
+            port after the kwok nodes'.
     """
 
     workdir: Path = field(default_factory=default_workdir)
@@ -112,13 +132,17 @@ class LabConfig:
     node_lease_seconds: int = 10
     extra_apiserver_args: list[str] = field(default_factory=list)
     peers: list[str] = field(default_factory=list)
+    real_nodes: int = 0
 
     def __post_init__(self) -> None:
         self.workdir = Path(self.workdir).resolve()
         if not 1 <= self.nodes <= 1000:
             raise ValueError(f"nodes: must be between 1 and 1000, got {self.nodes}")
-        if not 1024 <= self.port_base <= 65535 - BMC_PORT_OFFSET - self.nodes:
-            raise ValueError(f"port_base: {self.port_base} leaves no room for {self.nodes} BMC ports")
+        if not 0 <= self.real_nodes <= MAX_REAL_NODES:
+            raise ValueError(f"real_nodes: must be between 0 and {MAX_REAL_NODES}, got {self.real_nodes}")
+        total = self.nodes + self.real_nodes
+        if not 1024 <= self.port_base <= 65535 - BMC_PORT_OFFSET - total:
+            raise ValueError(f"port_base: {self.port_base} leaves no room for {total} BMC ports")
 
     def port(self, component: str) -> int:
         """The port of ``component`` (a key of ``PORT_OFFSETS``); KeyError for an unknown one."""
@@ -131,6 +155,24 @@ class LabConfig:
     def node_name(self, index: int) -> str:
         """Name of kwok node ``index`` (0-based): ``lab-node-<index>``."""
         return f"lab-node-{index}"
+
+    def real_node_name(self, index: int) -> str:
+        """Name of real node ``index`` (0-based): ``lab-real-<index>``."""
+        return f"lab-real-{index}"
+
+    @property
+    def host_prefix(self) -> str:
+        """Prefix of everything host-global the lab creates (bridge, veths, network namespaces,
+        cgroups): ``nr<port_base>``. Two labs never share a port base, so never a name."""
+        return f"nr{self.port_base}"
+
+    def node_network(self) -> tuple[str, str]:
+        """The real nodes' network: ``("10.S.T", "10.S.T.1")``, a /24 prefix (without the last
+        octet) and the host's address on the lab bridge. S and T come from the port base
+        (S = 150 + (port_base // 256) % 90, T = port_base % 256), so labs with different port
+        bases below 23040 apart never overlap, and never 10.96/16 (services) or 10.244/16 (pods)."""
+        prefix = f"10.{150 + (self.port_base // 256) % 90}.{self.port_base % 256}"
+        return prefix, f"{prefix}.1"
 
     @property
     def state_file(self) -> Path:

@@ -59,7 +59,8 @@ def _http_ok(url: str) -> bool:
 
 
 def apiserver_args(cfg: LabConfig, binaries: dict[str, Path], pki_dir: Path, etcd_url: str) -> list[str]:
-    """The exact kube-apiserver argv the lab uses (StorageVersion API and server identity on)."""
+    """The exact kube-apiserver argv the lab uses (StorageVersion API and server identity on; with
+    real nodes also the Node authorizer, NodeRestriction and a client certificate for kubelets)."""
     return [
         str(binaries["kube-apiserver"]),
         f"--etcd-servers={etcd_url}",
@@ -73,7 +74,21 @@ def apiserver_args(cfg: LabConfig, binaries: dict[str, Path], pki_dir: Path, etc
         f"--service-account-signing-key-file={pki_dir / 'sa.key'}",
         "--service-account-issuer=https://kubernetes.default.svc",
         "--service-cluster-ip-range=10.96.0.0/16",
-        "--authorization-mode=RBAC",
+        # Node: the real nodes' kubelets (system:node:<name>) get exactly their own node's rights
+        *(
+            ["--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction"]
+            if cfg.real_nodes
+            else ["--authorization-mode=RBAC"]
+        ),
+        *(
+            [
+                f"--kubelet-client-certificate={pki_dir / 'apiserver-kubelet-client.crt'}",
+                f"--kubelet-client-key={pki_dir / 'apiserver-kubelet-client.key'}",
+                "--kubelet-preferred-address-types=InternalIP",
+            ]
+            if cfg.real_nodes
+            else []
+        ),
         "--allow-privileged=true",
         "--endpoint-reconciler-type=none",
         "--profiling=false",
@@ -114,6 +129,11 @@ def start_kube(sup: Supervisor, cfg: LabConfig, binaries: dict[str, Path], node_
     root = cfg.workdir / "kube"
     pki_dir = root / "pki"
     pki.generate(pki_dir)
+    if cfg.real_nodes:
+        # the apiserver's identity towards the real kubelets (logs, exec, port-forward)
+        pki.issue_client_cert(
+            pki_dir, "apiserver-kubelet-client", "kube-apiserver-kubelet-client", "system:masters"
+        )
     for comp in ("etcd", "etcd-peer", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"):
         require_port_free(cfg.port(comp), comp)
 

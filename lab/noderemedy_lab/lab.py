@@ -14,6 +14,8 @@ import json
 import os
 import shutil
 import subprocess
+import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,7 +25,14 @@ from .procs import ComponentError, Supervisor, proc_start_time, require_binary
 
 POWER_HOOK = """#!/bin/sh
 # ipmi_sim chassis_control power hook (written by noderemedy_lab): $1 = node, $2 = 1 (on) | 0 (off).
-# Relabels the node so kwok starts/stops heartbeating it (see noderemedy_lab.kube).
+# A real node loses every process at once on power off (noderemedy_lab.realnode.kill_node); the lab
+# boots it again when the BMC's power file says on. A kwok node is relabelled so kwok starts/stops
+# heartbeating it (see noderemedy_lab.kube).
+case "$1" in
+  lab-real-*)
+    [ "$2" = 1 ] && exit 0
+    exec "{python}" -m noderemedy_lab.realnode power-off "{real_dir}/$1/spec.json" ;;
+esac
 case "$2" in 1) v=on ;; *) v=off ;; esac
 exec timeout 10 "{kubectl}" --kubeconfig "{kubeconfig}" --request-timeout=5s \\
     label node "$1" {label}="$v" --overwrite
@@ -52,23 +61,42 @@ class Lab:
         self._records: dict[str, dict] = {}
         self._api = None
         self._power_hook: list[str] | None = None
+        self.real = None  # RealNodes once started
+        self._binaries: dict[str, Path] = {}
+        self._watch_stop = threading.Event()
+        self._watcher: threading.Thread | None = None
+        self._write_lock = threading.Lock()
 
     # ------------------------------------------------------------------ lifecycle
-    def start(self, progress: Callable[[str], None] | None = None, ready_timeout: float = 90.0) -> Lab:
+    def start(
+        self,
+        progress: Callable[[str], None] | None = None,
+        ready_timeout: float = 90.0,
+        defer_real_nodes: bool = False,
+    ) -> Lab:
         """Start every component; ComponentError (nothing left running) if one fails.
 
         ``ready_timeout`` is how long, in seconds, to wait for all nodes to turn Ready.
+        ``defer_real_nodes``: start the real nodes' BMCs and certificates now but their network,
+        containerd and kubelet only at :meth:`start_real_nodes` (the test suite's lab does this, so
+        that only the tests that need real nodes pay for them).
         """
         say = progress or (lambda line: None)
         cfg = self.config
+        if cfg.real_nodes and not cfg.kube:
+            raise ComponentError("lab", "real_nodes: real nodes need the control plane (kube)")
         self._prepare_workdir()
         node_names = [cfg.node_name(i) for i in range(cfg.nodes)]
+        real_names = [cfg.real_node_name(j) for j in range(cfg.real_nodes)]
         self.info = {"workdir": str(cfg.workdir), "port_base": cfg.port_base, "nodes": node_names}
+        if real_names:
+            self.info["real_node_names"] = real_names
         binaries: dict[str, Path] = {}
         if cfg.kube:
             from .build import ensure_binaries
 
-            binaries = ensure_binaries(say)
+            binaries = ensure_binaries(say, node=bool(real_names))
+            self._binaries = binaries
         self.supervisor = sup = Supervisor(cfg.workdir / "logs")
         t0 = time.monotonic()
         try:
@@ -83,8 +111,8 @@ class Lab:
             if cfg.devices:
                 from .devices import start_devices
 
-                say(f"starting {cfg.nodes} BMC(s), PDUs and FC switches")
-                self.info["devices"] = start_devices(sup, cfg, node_names, power_hook)
+                say(f"starting {cfg.nodes + cfg.real_nodes} BMC(s), PDUs and FC switches")
+                self.info["devices"] = start_devices(sup, cfg, node_names + real_names, power_hook)
             self._power_hook = power_hook
             for peer in cfg.peers:
                 say(f"starting the {peer} peer")
@@ -92,18 +120,184 @@ class Lab:
             if cfg.kube:
                 say("waiting for the nodes to turn Ready")
                 self.wait_nodes(node_names, "True", ready_timeout)
+            if real_names and not defer_real_nodes:
+                self.start_real_nodes(say)
             self.info["started_in_s"] = round(time.monotonic() - t0, 2)
             self.write_state()
         except BaseException:
+            self._stop_real()
             sup.stop_all()
             raise
         return self
 
+    def start_real_nodes(
+        self, progress: Callable[[str], None] | None = None, ready_timeout: float = 120.0
+    ) -> dict:
+        """Start the real nodes (network, relay, containerd, kubelet, kube-proxy) and wait until
+        each is Ready; returns ``info["real_nodes"]`` (see :meth:`RealNodes.info`). Idempotent.
+
+        ComponentError naming the component (``containerd lab-real-0``, ``kubelet lab-real-1``,
+        ``apiserver-relay``...) if one fails; everything of the real nodes is then stopped again.
+        """
+        from .images import ensure_node_images
+        from .realnode import RealNodes
+
+        if self.real is not None:
+            return self.info["real_nodes"]
+        say = progress or (lambda line: None)
+        cfg = self.config
+        if not cfg.real_nodes or self.supervisor is None:
+            raise ComponentError("lab", "real_nodes: this lab was configured without real nodes")
+        images = ensure_node_images(say)
+        bmcs = self.info.get("devices", {}).get("bmcs", {})
+        real = RealNodes(
+            cfg,
+            self.supervisor,
+            self.info["kube"],
+            self._binaries,
+            images,
+            power_files={n: b["power_file"] for n, b in bmcs.items()},
+        )
+        self.real = real
+        t0 = time.monotonic()
+        try:
+            self.info["real_nodes"] = real.start(say)
+            self._service_endpoints(real.host_ip)
+            self._fc_hooks()
+            say("waiting for the real nodes to turn Ready")
+            deadline = time.monotonic() + ready_timeout
+            while True:
+                real.check_alive()
+                states = self.node_ready(real.names)
+                if all(v == "True" for v in states.values()):
+                    break
+                if time.monotonic() > deadline:
+                    raise ComponentError(
+                        "kubelet", f"real nodes not Ready after {ready_timeout:.0f} s: {states}"
+                    )
+                time.sleep(0.25)
+        except BaseException:
+            self._stop_real()
+            raise
+        self.info["real_nodes_started_in_s"] = round(time.monotonic() - t0, 2)
+        self._watcher = threading.Thread(target=self._watch, name="real-node-power", daemon=True)
+        self._watcher.start()
+        self.write_state()
+        return self.info["real_nodes"]
+
+    def _service_endpoints(self, host_ip: str) -> None:
+        """Point the ``kubernetes`` Service (no endpoint reconciler in the lab) at the relay the
+        real nodes reach, so in-cluster clients on them work through kube-proxy."""
+        doc = {
+            "apiVersion": "v1",
+            "kind": "Endpoints",
+            "metadata": {"name": "kubernetes", "namespace": "default"},
+            "subsets": [
+                {
+                    "addresses": [{"ip": host_ip}],
+                    "ports": [
+                        {"name": "https", "port": self.config.port("kube-apiserver"), "protocol": "TCP"}
+                    ],
+                }
+            ],
+        }
+        path = self.config.workdir / "kube" / "kubernetes-endpoints.json"
+        path.write_text(json.dumps(doc))
+        out = self.kubectl("apply", "-f", str(path))
+        if out.returncode != 0:
+            raise ComponentError(
+                "kube-apiserver", f"cannot set the kubernetes endpoints: {out.stderr.strip()}"
+            )
+
+    def _fc_hooks(self) -> None:
+        """Give the FC switch (snmpd ``fc``) a hook on each real node's port, so that the port's
+        admin status controls the node's access to the shared storage."""
+        import fcntl
+
+        fc = self.info.get("devices", {}).get("snmp", {}).get("fc")
+        if fc is None:
+            return
+        ports = self.info["devices"]["fc_ports"]
+        state_file = Path(fc["state_file"])
+        with open(str(state_file) + ".lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            st = json.loads(state_file.read_text())
+            for name, node in self.info["real_nodes"].items():
+                port = ports[name].rsplit("/", 1)[1]
+                st.setdefault("hooks", {})[port] = [node["fc_hook"]]
+                node["fc_port"] = ports[name]
+            tmp = state_file.with_name(state_file.name + ".tmp")
+            tmp.write_text(json.dumps(st, indent=1))
+            os.replace(tmp, state_file)
+
+    def fc_port(self, node: str, enabled: bool) -> None:
+        """Enable or disable ``node``'s port on the lab's FC switch (snmpd ``fc``) over SNMP, as a
+        fence agent does (IF-MIB ifAdminStatus: up(1) / down(2)). For a real node this cuts or
+        restores its access to the shared storage."""
+        fc = self.info["devices"]["snmp"]["fc"]
+        index = self.info["devices"]["fc_ports"][node].rsplit("/", 1)[1]
+        argv = [
+            require_binary("snmpset", "snmpset", "snmp"), "-v2c", "-c", fc["community"], "-m", "",
+            f"{fc['host']}:{fc['port']}", f".1.3.6.1.2.1.2.2.1.7.{index}", "i", "1" if enabled else "2",
+        ]  # fmt: skip
+        env = {**os.environ, "SNMP_PERSISTENT_DIR": self.info["devices"]["snmp_persistent_dir"]}
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=30, env=env)
+        if out.returncode != 0:
+            raise ComponentError("snmpd-fc", f"port of {node}: {out.stderr.strip() or out.stdout.strip()}")
+
+    def _watch(self) -> None:
+        while not self._watch_stop.wait(0.2):
+            real = self.real
+            if real is None:
+                return
+            try:
+                booted = real.watch()
+            except Exception as exc:  # noqa: BLE001 - keep watching; say what failed
+                print(f"[lab] real node power watcher: {exc}", file=sys.stderr, flush=True)
+                continue
+            if booted:
+                for name in booted:
+                    self._records.pop(f"node {name}", None)
+                self.write_state()
+
+    def _stop_real(self) -> None:
+        self._watch_stop.set()
+        if self._watcher is not None:
+            self._watcher.join(5)
+        if self.real is not None:
+            self.real.stop()
+
+    def import_image(self, archive: Path, nodes: list[str] | None = None) -> None:
+        """Import an OCI/Docker archive into the containerd of each running real node (all by
+        default) with ``ctr -n k8s.io images import``, as a node without a registry gets images.
+        ComponentError naming the node's containerd if an import fails."""
+        from .realnode import import_image
+
+        for name, node in self.info.get("real_nodes", {}).items():
+            if nodes is None or name in nodes:
+                import_image(node["containerd_socket"], Path(archive), f"containerd {name}")
+
+    def partition(self, node: str) -> None:
+        """Cut real node ``node`` off the network (its link goes down); its kubelet and containers
+        keep running."""
+        self._real_node(node).set_link(node, up=False)
+
+    def heal(self, node: str) -> None:
+        """Reconnect real node ``node`` (link up)."""
+        self._real_node(node).set_link(node, up=True)
+
+    def _real_node(self, node: str):
+        if self.real is None or node not in self.real.names:
+            raise ComponentError("lab", f"node: {node!r} is not a running real node of this lab")
+        return self.real
+
     def stop(self) -> None:
-        """Stop every process this lab started (reaping them) and mark ``lab.json`` stopped."""
+        """Stop every process this lab started (reaping them), remove the real nodes' namespaces,
+        links and cgroups, and mark ``lab.json`` stopped."""
         if self._api is not None:
             self._api.close()
             self._api = None
+        self._stop_real()
         if self.supervisor is not None:
             self.supervisor.stop_all()
         if self.config.state_file.exists():
@@ -173,6 +367,8 @@ class Lab:
                 kubectl=self.info["kube"]["binaries"]["kubectl"],
                 kubeconfig=self.kubeconfig,
                 label=POWER_LABEL,
+                python=sys.executable,
+                real_dir=self.config.workdir / "real",
             )
         )
         os.chmod(path, 0o755)
@@ -180,6 +376,10 @@ class Lab:
 
     def write_state(self, extra: dict | None = None) -> None:
         """Write ``lab.json`` (mode 0600): ``info`` plus the process table and state."""
+        with self._write_lock:
+            self._write_state(extra)
+
+    def _write_state(self, extra: dict | None) -> None:
         doc = dict(self.info)
         doc.setdefault("state", "running")
         if self.supervisor is not None:

@@ -5,6 +5,9 @@ Environment:
                               user's ``noderemedy-lab up`` lab on 20000)
     NODEREMEDY_LAB_KUBE=0     start the devices only (no control plane): for fencing-only runs
     NODEREMEDY_LAB_NODES      number of nodes (default 3)
+    NODEREMEDY_LAB_REAL_NODES number of real nodes (kubelet + containerd; default 2, 0 for none).
+                              Their BMCs start with the lab; their network, containerd and kubelet
+                              only when a test first asks for ``lab_real``.
 
 Under pytest-xdist each worker is its own session with its own lab: worker ``gwN`` takes the port
 base ``NODEREMEDY_LAB_PORT_BASE + 600 * N`` (:func:`worker_port_base`) and a workdir under its own
@@ -63,6 +66,9 @@ def lab_config(workdir) -> LabConfig:
         port_base=worker_port_base(),
         kube=os.environ.get("NODEREMEDY_LAB_KUBE", "1") != "0",
         node_monitor_grace_period=TEST_GRACE_PERIOD,
+        real_nodes=int(os.environ.get("NODEREMEDY_LAB_REAL_NODES", "2"))
+        if os.environ.get("NODEREMEDY_LAB_KUBE", "1") != "0"
+        else 0,
     )
 
 
@@ -85,7 +91,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     workdir = tmp_path_factory.mktemp("lab", numbered=True)
     os.chmod(workdir.parent, 0o755)  # snmpsim drops to 'nobody' and must reach its data
     the_lab = Lab(lab_config(workdir))
-    the_lab.start(progress=lambda line: print(f"[lab] {line}", flush=True))
+    the_lab.start(progress=lambda line: print(f"[lab] {line}", flush=True), defer_real_nodes=True)
     try:
         yield the_lab
     finally:
@@ -93,6 +99,20 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         the_lab.stop()
         left = [n for n, r in records.items() if proc_start_time(r["pid"]) == r["start_time"]]
         assert not left, f"lab processes still running after stop: {left}"
+        if the_lab.real is not None:
+            from .realnode import leftovers
+
+            rest = leftovers(the_lab.config)
+            assert not rest, f"real nodes left behind after stop: {rest}"
+
+
+@pytest.fixture(scope="session")
+def lab_real(lab: Lab) -> Lab:
+    """The lab with its real nodes started (``lab.info["real_nodes"]``); error if it has none."""
+    if lab.kubeconfig is None or not lab.config.real_nodes:
+        pytest.fail("this test needs real nodes: set NODEREMEDY_LAB_REAL_NODES >= 2 (and the control plane)")
+    lab.start_real_nodes(progress=lambda line: print(f"[lab] {line}", flush=True))
+    return lab
 
 
 @pytest.fixture(scope="session")

@@ -16,6 +16,7 @@ without the detector).
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -44,6 +45,20 @@ log = logging.getLogger(__name__)
 CHECKOUT_ROOT = Path(__file__).resolve().parents[2]
 
 Key = tuple[str, str, str]  # (kind, namespace, name)
+
+
+def installed_collection_root() -> Path | None:
+    """The installed ``noderemedy.core`` (as in the remediation pod image): the first
+    ``ansible_collections/noderemedy/core`` with a ``playbooks`` directory on
+    ``ANSIBLE_COLLECTIONS_PATH`` (colon-separated) or, without it, ansible-core's default
+    collections paths (``~/.ansible/collections``, ``/usr/share/ansible/collections``); else None."""
+    env = os.environ.get("ANSIBLE_COLLECTIONS_PATH") or os.environ.get("ANSIBLE_COLLECTIONS_PATHS")
+    paths = env.split(os.pathsep) if env else ["~/.ansible/collections", "/usr/share/ansible/collections"]
+    for base in paths:
+        root = Path(base).expanduser() / "ansible_collections" / "noderemedy" / "core"
+        if (root / "playbooks").is_dir():
+            return root
+    return None
 
 
 def default_collection_root() -> Path | None:
@@ -115,9 +130,14 @@ class Watcher:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         root = default_collection_root()
         if playbook_dir is None:
-            if root is None:
-                raise ValueError("playbook_dir is required when not running from a checkout")
-            playbook_dir = root / "playbooks"
+            # a checkout's playbooks, else the installed collection's (the pod image)
+            playbooks = root or installed_collection_root()
+            if playbooks is None:
+                raise ValueError(
+                    "playbook_dir is required when running neither from a checkout nor with "
+                    "noderemedy.core installed in a collections path"
+                )
+            playbook_dir = playbooks / "playbooks"
         if collections_path is None and root is not None:
             collections_path = link_collection(self.data_dir / "collections", root)
         self.observer: Observer = observer or NullObserver()

@@ -92,6 +92,8 @@ ALLOWED = [
     ("create", "events", "default"),
     ("get", "secrets", "noderemedy-system"),
     ("get", "configmaps", "noderemedy-system"),
+    ("create", "configmaps", "noderemedy-system"),  # the status ConfigMap, once
+    ("update", "configmaps/noderemedy-status", "noderemedy-system"),
     ("update", "leases.coordination.k8s.io", "noderemedy-system"),
 ]
 DENIED = [
@@ -101,7 +103,8 @@ DENIED = [
     ("create", "pods", "default"),
     ("update", "leases.coordination.k8s.io", "kube-node-lease"),
     ("create", "clusterroles.rbac.authorization.k8s.io", None),
-    ("update", "configmaps", "noderemedy-system"),
+    ("update", "configmaps", "noderemedy-system"),  # only noderemedy-status
+    ("update", "configmaps/noderemedy-config", "noderemedy-system"),
 ]
 
 

@@ -16,7 +16,11 @@ Profiles:
     FIBRE-CHANNEL-FE-MIB fcFxPortPhysAdminStatus / OperStatus .1.3.6.1.2.1.75.1.2.2.1.{1,2}.22.<port-1>.
 
 The state file is JSON ``{"ports": {"1": 1, ...}, "names": {"1": "lab-node-0", ...},
-"aliases": {...}, "prev": {...}, "changed": {...}, "log": [[epoch, port, value], ...], "delay": 0.0}``.
+"aliases": {...}, "prev": {...}, "changed": {...}, "log": [[epoch, port, value], ...], "delay": 0.0,
+"hooks": {"5": [argv...]}}``. A port with a hook (the FC port of a lab real node) runs
+``argv + ["up" | "down"]`` after every SET that changes its admin status (``testing`` counts as
+down: no frames pass), synchronously and bounded to 10 s; that is how the port controls the node's
+access to the lab's shared storage (see noderemedy_lab.realnode).
 It is re-read on every request (so a test may edit it, under the ``<state>.lock`` flock) and
 rewritten atomically on every SET. ``delay`` > 0 makes the status OIDs keep showing the previous
 value for that many seconds after a SET (a slow PDU or switch).
@@ -28,6 +32,7 @@ blank line, which must be ignored, not answered.
 import fcntl
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -67,8 +72,15 @@ def effective(st, p):
     return st["ports"][p]
 
 
+#: (port, new admin status) of the SETs of the current request, for the hooks
+CHANGED = []
+HOOK_TIMEOUT = 10
+
+
 def commit(st, p, new, written):
     """Record a SET; a repeated SET of the same value does not restart a pending transition."""
+    if (new == 1) != (st["ports"][p] == 1):
+        CHANGED.append((p, new))
     if new != st["ports"][p] or written == 3:
         st["prev"][p] = 2 if written == 3 else effective(st, p)  # reboot: looks off during the delay
         st["changed"][p] = time.time()
@@ -170,11 +182,30 @@ def answer(cmd, oid, typval):
             value = int(typval[1])
         except ValueError:
             return ["wrong-value"]
+        del CHANGED[:]
         err = t[oid][2](value)
         if err:
             return [err]
         save(st)
+        run_hooks(st)
         return ["DONE"]
+
+
+def run_hooks(st):
+    """Run the hook of each port whose admin status a SET just changed (see module docstring)."""
+    for p, new in CHANGED:
+        hook = st.get("hooks", {}).get(p)
+        if not hook:
+            continue
+        try:
+            done = subprocess.run(
+                hook + ["up" if new == 1 else "down"], capture_output=True, text=True, timeout=HOOK_TIMEOUT
+            )
+            if done.returncode != 0:
+                sys.stderr.write(f"hook of port {p} failed: {done.stderr.strip()}\n")
+        except (OSError, subprocess.SubprocessError) as exc:
+            sys.stderr.write(f"hook of port {p} failed: {exc}\n")
+    del CHANGED[:]
 
 
 def main():

@@ -1,0 +1,130 @@
+"""Container images for the lab's real nodes, built here with buildah (no registry is reachable).
+
+Two tiny images from one rootfs made of Debian's statically linked ``busybox`` (package
+``busybox-static``) and a symlink per applet:
+
+* :data:`PAUSE_IMAGE` - the pod sandbox image (containerd's ``sandbox_image``): ``sleep infinity``.
+  Any image whose entrypoint sleeps forever serves as "pause" (lab reference, real node, item 4).
+* :data:`BUSYBOX_IMAGE` - the workload image tests and the demo run (``/bin/sh`` and friends).
+
+Each is built with ``buildah --storage-driver vfs`` in a throw-away storage directory
+(``from scratch`` -> ``copy`` the rootfs -> ``config`` -> ``commit`` -> ``push oci-archive:``) and
+cached as an OCI archive under ``<cache>/images/``, keyed by the busybox binary's hash and the
+recipe, so a warm run does nothing. Nodes import the archives with ``ctr -n k8s.io images import``;
+pods use ``imagePullPolicy: Never``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from .config import cache_dir
+from .procs import ComponentError, require_binary
+
+PAUSE_IMAGE = "noderemedy.local/pause:lab"
+BUSYBOX_IMAGE = "noderemedy.local/busybox:lab"
+
+#: busybox applets linked into the rootfs (what the pause image, tests and the demo run).
+APPLETS = (
+    "sh", "sleep", "echo", "cat", "date", "ls", "mkdir", "printf", "tail", "head", "true", "false",
+    "env", "wc", "grep", "id", "touch", "rm", "test", "[", "hostname", "ps", "kill", "stat",
+)  # fmt: skip
+
+#: image name -> OCI config (entrypoint, cmd) applied with ``buildah config``.
+RECIPES: dict[str, dict[str, list[str]]] = {
+    PAUSE_IMAGE: {"entrypoint": ["/bin/sleep", "infinity"], "cmd": []},
+    BUSYBOX_IMAGE: {"entrypoint": [], "cmd": ["/bin/sh"]},
+}
+
+
+def _key(busybox: Path) -> str:
+    h = hashlib.sha256(busybox.read_bytes())
+    h.update(json.dumps([APPLETS, RECIPES], sort_keys=True).encode())
+    return h.hexdigest()[:16]
+
+
+def archive_paths(busybox: Path) -> dict[str, Path]:
+    """Where each image's OCI archive is cached: image name -> path (may not exist yet)."""
+    key = _key(busybox)
+    base = cache_dir() / "images"
+    return {name: base / f"{name.split('/')[-1].replace(':', '-')}-{key}.tar" for name in RECIPES}
+
+
+def _buildah(buildah: str, store: Path, *args: str) -> str:
+    argv = [
+        buildah, "--root", str(store / "root"), "--runroot", str(store / "runroot"),
+        "--storage-driver", "vfs", *args,
+    ]  # fmt: skip
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    if out.returncode != 0:
+        raise ComponentError(
+            "images", f"'buildah {' '.join(args[:2])}' failed (exit {out.returncode}): {out.stderr.strip()}"
+        )
+    return out.stdout.strip()
+
+
+def ensure_node_images(progress: Callable[[str], None] | None = None) -> dict[str, Path]:
+    """Build the real nodes' images if not cached; returns image name -> OCI archive path.
+
+    Raises ComponentError (component ``images``) if busybox or buildah is missing or a buildah
+    step fails; nothing half-built is left in the cache (archives are moved into place whole).
+    """
+    say = progress or (lambda line: None)
+    busybox = Path(require_binary("busybox", "images", "busybox-static"))
+    paths = archive_paths(busybox)
+    todo = [name for name, path in paths.items() if not path.is_file()]
+    if not todo:
+        return paths
+    buildah = require_binary("buildah", "images", "buildah")
+    # a dynamically linked busybox would need its libraries in the image
+    file_out = subprocess.run(["ldd", str(busybox)], capture_output=True, text=True)
+    if file_out.returncode == 0 and "=>" in file_out.stdout:
+        raise ComponentError("images", f"{busybox} is not statically linked (install 'busybox-static')")
+    t0 = time.monotonic()
+    base = cache_dir() / "images"
+    base.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=base) as tmp:
+        work = Path(tmp)
+        rootfs = work / "rootfs"
+        for d in ("bin", "tmp", "etc", "proc", "sys", "dev", "data"):
+            (rootfs / d).mkdir(parents=True)
+        os.chmod(rootfs / "tmp", 0o1777)
+        shutil.copy2(busybox, rootfs / "bin" / "busybox")
+        for applet in APPLETS:
+            (rootfs / "bin" / applet).symlink_to("busybox")
+        (rootfs / "etc" / "passwd").write_text("root:x:0:0:root:/:/bin/sh\nnobody:x:65534:65534::/:/bin/sh\n")
+        (rootfs / "etc" / "group").write_text("root:x:0:\nnogroup:x:65534:\n")
+        store = work / "store"
+        try:
+            for name in todo:
+                recipe = RECIPES[name]
+                ctr = _buildah(buildah, store, "from", "scratch")
+                _buildah(buildah, store, "copy", ctr, str(rootfs) + "/", "/")
+                _buildah(
+                    buildah, store, "config",
+                    "--entrypoint", json.dumps(recipe["entrypoint"]),
+                    "--cmd", " ".join(recipe["cmd"]),
+                    "--env", "PATH=/bin", "--workingdir", "/", ctr,
+                )  # fmt: skip
+                _buildah(buildah, store, "commit", "--quiet", ctr, name)
+                out = work / "image.tar"
+                _buildah(buildah, store, "push", "--quiet", name, f"oci-archive:{out}:{name}")
+                os.replace(out, paths[name])
+                _buildah(buildah, store, "rm", ctr)
+        finally:
+            # vfs keeps plain directories, but be sure nothing buildah mounted survives the rmtree
+            subprocess.run(
+                [buildah, "--root", str(store / "root"), "--runroot", str(store / "runroot"),
+                 "--storage-driver", "vfs", "rm", "--all"],
+                capture_output=True, timeout=60,
+            )  # fmt: skip
+    say(f"  built images {', '.join(todo)} in {time.monotonic() - t0:.1f} s")
+    return paths

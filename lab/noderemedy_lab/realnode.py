@@ -1,0 +1,772 @@
+"""Real nodes in the lab: kubelet + containerd + runc, each node in its own network namespace.
+
+Node ``lab-real-<j>`` of a lab with port base B (host-global names carry the prefix
+``nr<B>``, :attr:`~noderemedy_lab.config.LabConfig.host_prefix`):
+
+* network: namespace ``nr<B>-real<j>`` with ``eth0`` (address ``10.S.T.<10+j>/24``, the node IP),
+  the other end of the veth (``nr<B>r<j>``) enslaved to the lab's bridge ``nr<B>br`` on the host,
+  which has ``10.S.T.1/24`` (:meth:`~noderemedy_lab.config.LabConfig.node_network`). Nothing is
+  routed beyond: the host forwards nothing from the bridge (``conf/<bridge>/forwarding=0``, and the
+  machine's ``ip_forward`` is 0), there is no default route in a node and no NAT on the host. A
+  node reaches the apiserver at ``https://10.S.T.1:<apiserver port>``, where a ``socat`` relay
+  (process ``apiserver-relay``) forwards to the apiserver on 127.0.0.1; the apiserver reaches the
+  kubelet at the node IP. Pods get ``10.244.<j>.0/24`` from a CNI ``bridge`` (``cni0``, with
+  ``ipMasq`` so that their traffic leaves the node with the node IP) inside the namespace; the
+  in-cluster ``kubernetes`` Service points at the relay (kube-proxy in the node).
+* processes: one :mod:`noderemedy_lab.nodeinit` per node (process ``node lab-real-<j>``), the
+  parent of containerd (own root, state, socket), kubelet (``cgroupRoot`` ``/nr<B>/lab-real-<j>``)
+  and kube-proxy. All of them are in the cgroup ``/nr<B>/lab-real-<j>`` of every v1 hierarchy.
+* BMC: like every lab node (``ipmi_sim``); its power hook calls :func:`kill_node` on power off
+  (SIGKILL of the node's whole cgroup: kubelet, containerd, shims, containers) and the lab boots
+  the node again when the BMC's power file says on (:meth:`RealNodes.watch`).
+* partition: :meth:`RealNodes.set_link` sets the host end of the veth down/up: kubelet and the
+  containers keep running, cut off from the apiserver (and from the other nodes).
+* runtime wrapper: containerd runs runc through ``runc-oom-wrapper`` (see :data:`RUNC_WRAPPER`).
+
+Everything is undone by :meth:`RealNodes.stop`; :func:`leftovers` lists what would remain.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
+
+from . import pki
+from .config import CNI_BIN_DIR, KUBERNETES_VERSION, LabConfig
+from .procs import ComponentError, Supervisor, require_binary, tail
+
+#: Taint every real node registers with, so that pods of the kwok tests never land on a real node
+#: (their images do not exist there); real-node pods tolerate it.
+REAL_TAINT = {"key": "lab.noderemedy.io/real", "value": "true", "effect": "NoSchedule"}
+#: Label of the real nodes (``lab.noderemedy.io/real=true``).
+REAL_LABEL = "lab.noderemedy.io/real"
+#: Inside each real node, the mount point of the node's view of the shared storage; the storage
+#: itself is ``/var/lab-shared/data`` (see :mod:`noderemedy_lab.nodeinit`).
+SHARED_MOUNT = "/var/lab-shared"
+#: Pod network of all real nodes (node j: 10.244.j.0/24); lives only inside the nodes' namespaces.
+POD_CIDR = "10.244.0.0/16"
+#: Seconds a node's containerd + kubelet get to register and turn Ready.
+READY_TIMEOUT = 120.0
+
+#: containerd's runc ``BinaryName``. The machine gives no CAP_SYS_RESOURCE, so runc cannot write
+#: the negative ``oom_score_adj`` kubelet asks for every pod sandbox (-998) and every Guaranteed
+#: container; runc then fails with only "can't get final child's PID from pipe: EOF" (crun names
+#: the cause: "write to /proc/self/oom_score_adj: Permission denied"). On ``create`` the wrapper
+#: clamps ``process.oomScoreAdj`` in the bundle's config.json to >= 0, then execs runc with the
+#: same arguments. Lab reference, real node, item 1.
+RUNC_WRAPPER = """#!{python} -IS
+# runc wrapper of the noderemedy lab (see noderemedy_lab.realnode.RUNC_WRAPPER): clamp a negative
+# process.oomScoreAdj to 0 on "create", then exec runc.
+import json, os, sys
+args = sys.argv[1:]
+if "create" in args:
+    bundle = "."
+    for i, a in enumerate(args):
+        if a in ("--bundle", "-b") and i + 1 < len(args):
+            bundle = args[i + 1]
+        elif a.startswith("--bundle="):
+            bundle = a.split("=", 1)[1]
+    path = os.path.join(bundle, "config.json")
+    with open(path) as f:
+        spec = json.load(f)
+    proc = spec.get("process") or {{}}
+    if proc.get("oomScoreAdj", 0) < 0:
+        proc["oomScoreAdj"] = 0
+        with open(path + ".tmp", "w") as f:
+            json.dump(spec, f)
+        os.replace(path + ".tmp", path)
+os.execv({runc!r}, [{runc!r}] + args)
+"""
+
+
+# ------------------------------------------------------------------------------------ cgroups
+def cgroup_hierarchies() -> list[Path]:
+    """Every cgroup v1 hierarchy (and the hybrid layout's ``unified``) under /sys/fs/cgroup."""
+    base = Path("/sys/fs/cgroup")
+    return sorted(p for p in base.iterdir() if p.is_dir() and os.path.ismount(p))
+
+
+def make_cgroup(rel: str) -> None:
+    """Create cgroup ``rel`` (and its parents) in every hierarchy; cpuset's cpus and mems are
+    copied from the parent (a new v1 cpuset is empty, and an empty one refuses tasks)."""
+    for hier in cgroup_hierarchies():
+        path = hier
+        for part in rel.strip("/").split("/"):
+            parent, path = path, path / part
+            if not path.exists():
+                path.mkdir()
+                if hier.name == "cpuset":
+                    for f in ("cpuset.cpus", "cpuset.mems"):
+                        (path / f).write_text((parent / f).read_text())
+
+
+def cgroup_pids(rel: str) -> set[int]:
+    """PIDs in cgroup ``rel`` and below, from every hierarchy (a process is in each)."""
+    out: set[int] = set()
+    for hier in cgroup_hierarchies():
+        base = hier / rel.strip("/")
+        if not base.exists():
+            continue
+        for procs in base.rglob("cgroup.procs"):
+            with contextlib.suppress(OSError, ValueError):
+                out.update(int(p) for p in procs.read_text().split())
+    return out
+
+
+def remove_cgroup(rel: str, keep_self: bool = False) -> list[str]:
+    """rmdir cgroup ``rel`` and everything below it, deepest first, in every hierarchy
+    (``keep_self``: only what is below it). Returns the directories that could not be removed."""
+    failed = []
+    for hier in cgroup_hierarchies():
+        base = hier / rel.strip("/")
+        if not base.exists():
+            continue
+        dirs = sorted((p for p in base.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts))
+        if not keep_self:
+            dirs.append(base)
+        for d in dirs:
+            try:
+                d.rmdir()
+            except FileNotFoundError:
+                pass
+            except OSError:
+                failed.append(str(d))
+    return failed
+
+
+def kill_cgroup(rel: str, timeout: float = 10.0, spare: set[int] | None = None) -> None:
+    """SIGKILL every process in cgroup ``rel`` and below, all at once: the cgroup is frozen
+    (freezer hierarchy) so nothing forks meanwhile, every task is signalled, then thawed so the
+    signals are delivered. Returns once the cgroup is empty; ComponentError after ``timeout`` s."""
+    freezer = Path("/sys/fs/cgroup/freezer") / rel.strip("/")
+    state = freezer / "freezer.state"
+    spare = spare or set()
+    deadline = time.monotonic() + timeout
+    while True:
+        frozen = False
+        if state.exists():
+            with contextlib.suppress(OSError):
+                state.write_text("FROZEN")
+                frozen = True
+                while state.read_text().strip() != "FROZEN" and time.monotonic() < deadline:
+                    time.sleep(0.01)
+        pids = cgroup_pids(rel) - spare
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if frozen:
+            with contextlib.suppress(OSError):
+                state.write_text("THAWED")
+        if not pids:
+            return
+        if time.monotonic() > deadline:
+            raise ComponentError("real node", f"cgroup {rel} still has processes {sorted(pids)}")
+        time.sleep(0.05)
+
+
+def kill_node(spec: dict) -> None:
+    """Power cut of a real node: SIGKILL every process of the node (its init, containerd, shims,
+    kubelet, kube-proxy, every container) at once, then remove the pods' cgroups (a machine that
+    boots again starts with none). The node's mount namespace dies with its last process."""
+    kill_cgroup(spec["cgroup"])
+    remove_cgroup(spec["cgroup"] + "/kubepods")
+    with contextlib.suppress(FileNotFoundError):
+        Path(spec["pid_file"]).unlink()
+
+
+# ------------------------------------------------------------------------------------ network
+def _run(argv: list[str], component: str, check: bool = True) -> subprocess.CompletedProcess:
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    if check and out.returncode != 0:
+        raise ComponentError(
+            component, f"'{' '.join(argv)}' failed: {out.stderr.strip() or out.stdout.strip()}"
+        )
+    return out
+
+
+def _links() -> set[str]:
+    out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=False)
+    return {line.split(":")[1].strip().split("@")[0] for line in out.stdout.splitlines() if ":" in line}
+
+
+def _netns() -> set[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False)
+    return {line.split()[0] for line in out.stdout.splitlines() if line.strip()}
+
+
+class RealNodes:
+    """The lab's real nodes: start, power-cut, partition, stop.
+
+    Args:
+        cfg: the lab configuration (``real_nodes``, ``port_base``, ``workdir``).
+        sup: the lab's supervisor (processes ``apiserver-relay`` and ``node lab-real-<j>``).
+        kube: the lab's ``info["kube"]`` (pki, server).
+        binaries: name -> path of the lab binaries (kubelet and kube-proxy among them).
+        images: image name -> OCI archive (:func:`noderemedy_lab.images.ensure_node_images`).
+        power_files: node -> the BMC's power file (``1``/``0``), read by :meth:`watch`.
+        fc_state: node -> file holding ``up``/``down``, the node's FC port as the storage sees it.
+    """
+
+    def __init__(
+        self,
+        cfg: LabConfig,
+        sup: Supervisor,
+        kube: dict,
+        binaries: dict[str, Path],
+        images: dict[str, Path],
+        power_files: dict[str, str] | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.sup = sup
+        self.kube = kube
+        self.binaries = binaries
+        self.images = images
+        self.power_files = power_files or {}
+        self.root = cfg.workdir / "real"
+        self.prefix = cfg.host_prefix
+        self.net_prefix, self.host_ip = cfg.node_network()
+        self.bridge = f"{self.prefix}br"
+        self.names = [cfg.real_node_name(j) for j in range(cfg.real_nodes)]
+        self.specs: dict[str, dict] = {}
+        self.shared = self.root / "shared"
+        self._booting: set[str] = set()
+        self._network_up = False
+
+    # ---------------------------------------------------------------- names
+    def netns(self, j: int) -> str:
+        return f"{self.prefix}-real{j}"
+
+    def veth(self, j: int) -> str:
+        return f"{self.prefix}r{j}"
+
+    def node_ip(self, j: int) -> str:
+        return f"{self.net_prefix}.{10 + j}"
+
+    def cgroup(self, j: int) -> str:
+        return f"/{self.prefix}/{self.cfg.real_node_name(j)}"
+
+    # ---------------------------------------------------------------- start
+    def check(self) -> None:
+        """ComponentError naming what is missing: a binary, a Debian package, a taken name."""
+        for name, package in (
+            ("containerd", "containerd"), ("ctr", "containerd"), ("runc", "runc"),
+            ("containerd-shim-runc-v2", "containerd"), ("socat", "socat"), ("nsenter", "util-linux"),
+            ("unshare", "util-linux"), ("ip", "iproute2"), ("iptables", "iptables"),
+        ):  # fmt: skip
+            require_binary(name, name if name != "containerd-shim-runc-v2" else "containerd", package)
+        for name in ("kubelet", "kube-proxy"):
+            path = self.binaries.get(name)
+            if path is None or not Path(path).is_file():
+                raise ComponentError(name, f"not built (run 'noderemedy-lab build'): {path}")
+        if not Path(CNI_BIN_DIR, "bridge").is_file():
+            raise ComponentError(
+                "cni", f"no CNI plugins in {CNI_BIN_DIR} (install 'containernetworking-plugins')"
+            )
+        if not Path("/sys/fs/cgroup/freezer").is_dir():
+            raise ComponentError("real node", "no cgroup v1 freezer hierarchy at /sys/fs/cgroup/freezer")
+        taken = sorted(({self.bridge} | {self.veth(j) for j in range(len(self.names))}) & _links())
+        taken += sorted({self.netns(j) for j in range(len(self.names))} & _netns())
+        if taken:
+            raise ComponentError(
+                "real node network",
+                f"{', '.join(taken)} already exist (another lab with port base {self.cfg.port_base}?)",
+            )
+        if any(Path(h, self.prefix).exists() for h in cgroup_hierarchies()):
+            raise ComponentError(
+                "real node", f"cgroup /{self.prefix} already exists (another lab with this port base?)"
+            )
+
+    def start(self, progress: Callable[[str], None] | None = None) -> dict:
+        """Create the network, the relay and every node, boot them; returns ``info["real_nodes"]``.
+
+        Does not wait for Ready (the lab does). ComponentError naming the component on failure;
+        the caller then calls :meth:`stop`.
+        """
+        say = progress or (lambda line: None)
+        self.check()
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.shared.mkdir(exist_ok=True)
+        os.chmod(self.shared, 0o777)
+        self._setup_network()
+        self._start_relay()
+        self._credentials()
+        wrapper = self.root / "runc-oom-wrapper"
+        wrapper.write_text(
+            RUNC_WRAPPER.format(python=sys.executable, runc=require_binary("runc", "runc", "runc"))
+        )
+        wrapper.chmod(0o755)
+        for j, name in enumerate(self.names):
+            self.specs[name] = self._write_node(j, wrapper)
+        say(f"booting {len(self.names)} real node(s): {', '.join(self.names)}")
+        for name in self.names:
+            self.boot(name)
+        return self.info()
+
+    def info(self) -> dict:
+        """JSON-able description: ``{node: {"ip", "netns", "veth", "cgroup", "dir", "containerd_socket",
+        "kubelet_log", "shared_dir" (host side), "shared_mount" (inside the node)}}``."""
+        out = {}
+        for j, name in enumerate(self.names):
+            spec = self.specs.get(name, {})
+            out[name] = {
+                "ip": self.node_ip(j),
+                "netns": self.netns(j),
+                "veth": self.veth(j),
+                "cgroup": self.cgroup(j),
+                "dir": str(self.root / name),
+                "containerd_socket": spec.get("containerd_socket"),
+                "kubelet_log": str(self.cfg.workdir / "logs" / f"kubelet-{name}.log"),
+                "shared_dir": str(self.shared),
+                "shared_mount": SHARED_MOUNT + "/data",
+                "fc_hook": str(self.root / name / "fc-hook.sh"),
+            }
+        return out
+
+    def _setup_network(self) -> None:
+        comp = "real node network"
+        self._network_up = True  # from here on, stop() must undo
+        _run(["ip", "link", "add", self.bridge, "type", "bridge"], comp)
+        _run(["ip", "addr", "add", f"{self.host_ip}/24", "dev", self.bridge], comp)
+        Path(f"/proc/sys/net/ipv4/conf/{self.bridge}/forwarding").write_text("0")
+        _run(["ip", "link", "set", self.bridge, "up"], comp)
+        for j in range(len(self.names)):
+            ns, veth = self.netns(j), self.veth(j)
+            _run(["ip", "netns", "add", ns], comp)
+            _run(["ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns], comp)
+            _run(["ip", "link", "set", veth, "master", self.bridge, "up"], comp)
+            _run(["ip", "-n", ns, "addr", "add", f"{self.node_ip(j)}/24", "dev", "eth0"], comp)
+            _run(["ip", "-n", ns, "link", "set", "lo", "up"], comp)
+            _run(["ip", "-n", ns, "link", "set", "eth0", "up"], comp)
+            # services (kube-proxy DNATs them to the relay or to pods) and the other nodes' pods
+            _run(["ip", "-n", ns, "route", "add", "10.96.0.0/16", "via", self.host_ip], comp)
+            for k in range(len(self.names)):
+                if k != j:
+                    _run(["ip", "-n", ns, "route", "add", f"10.244.{k}.0/24", "via", self.node_ip(k)], comp)
+
+    def _start_relay(self) -> None:
+        port = self.cfg.port("kube-apiserver")
+        socat = require_binary("socat", "apiserver-relay", "socat")
+        self.sup.start(
+            "apiserver-relay",
+            [socat, f"TCP-LISTEN:{port},bind={self.host_ip},fork,reuseaddr", f"TCP:127.0.0.1:{port}"],
+            ready=lambda: _tcp_ok(self.host_ip, port),
+            timeout=10,
+        )
+
+    def _credentials(self) -> None:
+        pki_dir = Path(self.kube["pki"])
+        if not (pki_dir / "kube-proxy.crt").exists():
+            pki.issue_client_cert(pki_dir, "kube-proxy", "system:kube-proxy")
+        for name in self.names:
+            pki.issue_client_cert(pki_dir, f"node-{name}", f"system:node:{name}", "system:nodes")
+
+    def _kubeconfig(self, path: Path, stem: str, user: str) -> Path:
+        """A kubeconfig against the relay; the apiserver's certificate names ``kubernetes``, not
+        the bridge address, hence ``tls-server-name``."""
+        pki_dir = Path(self.kube["pki"])
+        doc = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "lab",
+                    "cluster": {
+                        "server": f"https://{self.host_ip}:{self.cfg.port('kube-apiserver')}",
+                        "certificate-authority": str(pki_dir / "ca.crt"),
+                        "tls-server-name": "kubernetes",
+                    },
+                }
+            ],
+            "users": [
+                {
+                    "name": user,
+                    "user": {
+                        "client-certificate": str(pki_dir / f"{stem}.crt"),
+                        "client-key": str(pki_dir / f"{stem}.key"),
+                    },
+                }
+            ],
+            "contexts": [{"name": "lab", "context": {"cluster": "lab", "user": user}}],
+            "current-context": "lab",
+        }
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        path.chmod(0o600)
+        return path
+
+    def _write_node(self, j: int, wrapper: Path) -> dict:
+        name = self.names[j]
+        d = self.root / name
+        var = d / "var"
+        for sub in ("lib", "log", "tmp", "cache"):
+            (var / sub).mkdir(parents=True, exist_ok=True)
+        if not (var / "run").is_symlink():
+            (var / "run").symlink_to("/run")
+        (d / "manifests").mkdir(exist_ok=True)
+        (d / "cni").mkdir(exist_ok=True)
+        pki_dir = Path(self.kube["pki"])
+        socket = d / "containerd.sock"
+        (d / "cni" / "10-lab.conflist").write_text(
+            json.dumps(
+                {
+                    "cniVersion": "0.4.0",
+                    "name": "lab",
+                    "plugins": [
+                        {
+                            "type": "bridge",
+                            "bridge": "cni0",
+                            "isGateway": True,
+                            "ipMasq": True,
+                            "hairpinMode": True,
+                            "ipam": {
+                                "type": "host-local",
+                                "ranges": [[{"subnet": f"10.244.{j}.0/24"}]],
+                                "routes": [{"dst": "0.0.0.0/0"}],
+                            },
+                        },
+                        {"type": "portmap", "capabilities": {"portMappings": True}},
+                    ],
+                },
+                indent=1,
+            )
+        )
+        (d / "containerd.toml").write_text(
+            CONTAINERD_CONFIG.format(
+                root=var / "lib" / "containerd",
+                socket=socket,
+                pause=next(n for n in self.images if "pause" in n),
+                cni_bin=CNI_BIN_DIR,
+                cni_conf=d / "cni",
+                wrapper=wrapper,
+            )
+        )
+        (d / "resolv.conf").write_text(
+            "# the lab's pods resolve nothing: no DNS leaves the lab\nnameserver 127.0.0.1\n"
+        )
+        kubelet_cfg = {
+            "apiVersion": "kubelet.config.k8s.io/v1beta1",
+            "kind": "KubeletConfiguration",
+            "cgroupDriver": "cgroupfs",
+            "cgroupRoot": self.cgroup(j),
+            "failSwapOn": False,
+            "readOnlyPort": 0,
+            "authentication": {
+                "anonymous": {"enabled": False},
+                "webhook": {"enabled": True},
+                "x509": {"clientCAFile": str(pki_dir / "ca.crt")},
+            },
+            "authorization": {"mode": "Webhook"},
+            "staticPodPath": str(d / "manifests"),
+            "containerRuntimeEndpoint": f"unix://{socket}",
+            "enforceNodeAllocatable": [],
+            "localStorageCapacityIsolation": False,
+            "evictionHard": {},
+            "imageGCHighThresholdPercent": 100,
+            "resolvConf": str(d / "resolv.conf"),
+            "clusterDomain": "cluster.local",
+            "volumePluginDir": str(d / "volume-plugins"),
+            "registerWithTaints": [REAL_TAINT],
+            "healthzBindAddress": "127.0.0.1",
+            "shutdownGracePeriod": "0s",
+        }
+        (d / "kubelet.yaml").write_text(yaml.safe_dump(kubelet_cfg, sort_keys=False))
+        kubelet_kc = self._kubeconfig(d / "kubelet.kubeconfig", f"node-{name}", f"system:node:{name}")
+        proxy_kc = self._kubeconfig(d / "kube-proxy.kubeconfig", "kube-proxy", "system:kube-proxy")
+        (d / "kube-proxy.yaml").write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+                    "kind": "KubeProxyConfiguration",
+                    "clientConnection": {"kubeconfig": str(proxy_kc)},
+                    "hostnameOverride": name,
+                    "mode": "iptables",
+                    "clusterCIDR": POD_CIDR,
+                    "healthzBindAddress": "127.0.0.1:10256",
+                    "metricsBindAddress": "127.0.0.1:10249",
+                    # 0: leave the (partly host-global) conntrack sysctls alone
+                    "conntrack": {
+                        "maxPerCore": 0,
+                        "min": 0,
+                        "tcpEstablishedTimeout": "0s",
+                        "tcpCloseWaitTimeout": "0s",
+                    },
+                },
+                sort_keys=False,
+            )
+        )
+        fc_state = d / "fc-port"
+        if not fc_state.exists():
+            fc_state.write_text("up\n")
+        hook = d / "fc-hook.sh"
+        hook.write_text(
+            FC_HOOK.format(
+                state=fc_state, pid_file=d / "init.pid", shared=self.shared, data=SHARED_MOUNT + "/data"
+            )
+        )
+        hook.chmod(0o755)
+        spec = {
+            "name": name,
+            "index": j,
+            "dir": str(d),
+            "var": str(var),
+            "cgroup": self.cgroup(j),
+            "pid_file": str(d / "init.pid"),
+            "logdir": str(self.cfg.workdir / "logs"),
+            "containerd_config": str(d / "containerd.toml"),
+            "containerd_socket": str(socket),
+            "images": [str(p) for p in self.images.values()],
+            "images_key": "+".join(sorted(Path(p).name for p in self.images.values())),
+            "shared": str(self.shared),
+            "fc_state": str(fc_state),
+            "netns": self.netns(j),
+            "kubelet_argv": [
+                str(self.binaries["kubelet"]),
+                f"--config={d / 'kubelet.yaml'}",
+                f"--kubeconfig={kubelet_kc}",
+                f"--hostname-override={name}",
+                f"--node-ip={self.node_ip(j)}",
+                f"--root-dir={var / 'lib' / 'kubelet'}",
+                f"--node-labels={REAL_LABEL}=true,type=real",
+            ],
+            "kube_proxy_argv": [str(self.binaries["kube-proxy"]), f"--config={d / 'kube-proxy.yaml'}"],
+        }
+        (d / "spec.json").write_text(json.dumps(spec, indent=1))
+        return spec
+
+    # ---------------------------------------------------------------- power
+    def boot(self, name: str) -> None:
+        """Start node ``name``'s init (which starts containerd, kubelet, kube-proxy)."""
+        spec = self.specs[name]
+        make_cgroup(spec["cgroup"] + "/system")
+        argv = [
+            require_binary("nsenter", "real node", "util-linux"), f"--net=/run/netns/{spec['netns']}", "--",
+            require_binary("unshare", "real node", "util-linux"), "--mount", "--propagation", "slave", "--",
+            sys.executable, "-m", "noderemedy_lab.nodeinit", str(Path(spec["dir"]) / "spec.json"),
+        ]  # fmt: skip
+        self.sup.start(
+            f"node {name}", argv, env={"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")}
+        )
+
+    def running(self, name: str) -> bool:
+        """True if node ``name``'s init is alive (its power is on and it has not failed)."""
+        proc = self.sup.procs.get(f"node {name}")
+        return proc is not None and proc.alive()
+
+    def check_alive(self) -> None:
+        """ComponentError naming the failed component (from the node's log) of a node whose init
+        exited although its power is on."""
+        for name in self.names:
+            proc = self.sup.procs.get(f"node {name}")
+            if proc is None or proc.alive() or self._power(name) == "0":
+                continue
+            text = tail(proc.log, 40)
+            component = f"real node {name}"
+            for line in reversed(text.splitlines()):
+                if " ERROR " in f" {line}":
+                    what = line.split("ERROR", 1)[1].strip()
+                    component = f"{what.split(':', 1)[0]} {name}"
+                    break
+            raise ComponentError(component, f"exited with {proc.popen.returncode}; log {proc.log}:\n{text}")
+
+    def _power(self, name: str) -> str:
+        path = self.power_files.get(name)
+        if path is None:
+            return "1"
+        try:
+            return Path(path).read_text().strip()
+        except OSError:
+            return "1"
+
+    def power_off(self, name: str) -> None:
+        """Cut node ``name``'s power directly (what its BMC hook does): everything dies at once."""
+        kill_node(self.specs[name])
+        proc = self.sup.procs.get(f"node {name}")
+        if proc is not None:
+            proc.popen.wait(10)
+
+    def watch(self) -> list[str]:
+        """One pass of the power watcher: reap nodes whose power was cut, boot nodes whose BMC
+        says power on and whose init was killed by the cut. Called every 0.2 s by the lab;
+        returns the nodes it booted."""
+        booted = []
+        for name in self.names:
+            proc = self.sup.procs.get(f"node {name}")
+            power = self._power(name)
+            if proc is not None:
+                proc.alive()  # reaps a killed init
+            if (
+                power == "1"
+                and proc is not None
+                and not proc.alive()
+                and proc.popen.returncode == -signal.SIGKILL
+            ):
+                # the BMC hook killed it (power off), and the power is back: boot
+                self.boot(name)
+                booted.append(name)
+            elif power == "0" and proc is not None and proc.alive():
+                kill_node(self.specs[name])
+        return booted
+
+    def set_link(self, name: str, up: bool) -> None:
+        """Partition (``up=False``) or reconnect node ``name``: the host end of its veth goes down
+        or up. The node's processes and containers are untouched."""
+        j = self.names.index(name)
+        _run(["ip", "link", "set", self.veth(j), "up" if up else "down"], f"real node {name}")
+
+    # ---------------------------------------------------------------- stop
+    def stop(self) -> None:
+        """Kill every node (as a power cut), stop the relay, delete namespaces, veths, the bridge
+        and the cgroups, and the nodes' containerd state. Safe to call on a half-started lab."""
+        for j, name in enumerate(self.names):
+            proc = self.sup.procs.get(f"node {name}")
+            if proc is not None and proc.alive():
+                proc.popen.send_signal(signal.SIGTERM)
+                try:
+                    proc.popen.wait(20)
+                except subprocess.TimeoutExpired:
+                    pass
+            with contextlib.suppress(ComponentError):
+                kill_cgroup(self.cgroup(j), timeout=10)
+            if proc is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.popen.wait(5)
+        self.sup.stop("apiserver-relay")
+        if self._network_up:
+            names = _netns()
+            for j in range(len(self.names)):
+                if self.netns(j) in names:
+                    _run(["ip", "netns", "delete", self.netns(j)], "real node network", check=False)
+            links = _links()
+            for j in range(len(self.names)):
+                if self.veth(j) in links:
+                    _run(["ip", "link", "delete", self.veth(j)], "real node network", check=False)
+            if self.bridge in links:
+                _run(["ip", "link", "delete", self.bridge], "real node network", check=False)
+        remove_cgroup(f"/{self.prefix}")
+        for name in self.names:
+            shutil.rmtree(self.root / name / "var" / "lib" / "containerd", ignore_errors=True)
+
+
+def leftovers(cfg: LabConfig) -> list[str]:
+    """What a stopped lab with ``cfg`` left on the host: processes in its cgroups, mounts under its
+    workdir, network namespaces, links, cgroups, containerd state. Empty when clean."""
+    prefix = cfg.host_prefix
+    out = [f"process {pid}" for pid in sorted(cgroup_pids(f"/{prefix}"))]
+    out += [f"netns {n}" for n in sorted(_netns()) if n.startswith(prefix)]
+    out += [f"link {n}" for n in sorted(_links()) if n.startswith(prefix)]
+    out += [f"cgroup {h / prefix}" for h in cgroup_hierarchies() if (h / prefix).exists()]
+    workdir = str(cfg.workdir)
+    with open("/proc/self/mountinfo") as f:
+        out += [f"mount {line.split()[4]}" for line in f if line.split()[4].startswith(workdir)]
+    real = cfg.workdir / "real"
+    if real.exists():
+        out += [f"containerd state {p}" for p in sorted(real.glob("*/var/lib/containerd"))]
+    return out
+
+
+def import_image(socket: str, archive: Path, component: str) -> None:
+    """``ctr -a <socket> -n k8s.io images import <archive>``; ComponentError naming ``component``."""
+    ctr = require_binary("ctr", component, "containerd")
+    _run([ctr, "-a", socket, "-n", "k8s.io", "images", "import", str(archive)], component)
+
+
+def cleanup_recorded(state: dict) -> list[str]:
+    """Undo the real nodes of a lab whose supervisor is gone, from its ``lab.json`` document:
+    kill what is left in its cgroups, delete its namespaces and links (names with its prefix) and
+    its cgroups. Returns :func:`leftovers` afterwards."""
+    cfg = LabConfig(workdir=Path(state["workdir"]), port_base=state["port_base"])
+    prefix = cfg.host_prefix
+    with contextlib.suppress(ComponentError):
+        kill_cgroup(f"/{prefix}")
+    for ns in sorted(_netns()):
+        if ns.startswith(f"{prefix}-real"):
+            _run(["ip", "netns", "delete", ns], "real node network", check=False)
+    for link in sorted(_links()):
+        if link.startswith(prefix):
+            _run(["ip", "link", "delete", link], "real node network", check=False)
+    remove_cgroup(f"/{prefix}")
+    for d in sorted((cfg.workdir / "real").glob("*/var/lib/containerd")):
+        shutil.rmtree(d, ignore_errors=True)
+    return leftovers(cfg)
+
+
+def _tcp_ok(host: str, port: int) -> bool:
+    import socket
+
+    with socket.create_connection((host, port), timeout=0.5):
+        return True
+
+
+#: The FC switch's port hook of a real node (``fc-hook.sh up|down``, run by the switch backend,
+#: data/fence_pass.py). The port stands for the node's HBA: down unmounts the shared storage from
+#: the node's mount namespace (lazily: a file a process holds open stays usable through its
+#: descriptor, unlike on a real fabric; the lab's writers open the file for each line), and the
+#: unmount propagates into every pod that mounts it with HostToContainer propagation, where the
+#: read-only tmpfs underneath then fails every write with EROFS. Up mounts it again (propagating
+#: into the pods). The state is kept in ``fc-port`` for a node that is off and boots later.
+FC_HOOK = """#!/bin/sh
+# FC port hook of one lab real node (written by noderemedy_lab.realnode): $1 = up | down
+case "$1" in up|down) ;; *) echo "usage: $0 up|down" >&2; exit 2 ;; esac
+echo "$1" > "{state}"
+pid=$(cat "{pid_file}" 2>/dev/null) || exit 0
+[ -e "/proc/$pid/ns/mnt" ] || exit 0
+if [ "$1" = down ]; then
+    exec nsenter --mount="/proc/$pid/ns/mnt" -- sh -c 'while mountpoint -q "{data}"; do umount -l "{data}" || exit 1; done'
+fi
+exec nsenter --mount="/proc/$pid/ns/mnt" -- sh -c 'mountpoint -q "{data}" || mount --bind "{shared}" "{data}"'
+"""
+
+
+CONTAINERD_CONFIG = """# containerd of one lab real node (written by noderemedy_lab.realnode)
+version = 2
+root = "{root}"
+state = "/run/containerd"
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs",
+  "io.containerd.internal.v1.tracing", "io.containerd.tracing.processor.v1.otlp"]
+
+[grpc]
+  address = "{socket}"
+
+[metrics]
+  address = ""
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{pause}"
+  enable_selinux = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "{cni_bin}"
+    conf_dir = "{cni_conf}"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        BinaryName = "{wrapper}"
+        SystemdCgroup = false
+"""
+
+__all__ = ["RealNodes", "kill_node", "leftovers", "KUBERNETES_VERSION"]
+
+
+def main(argv: list[str]) -> int:
+    """``python -m noderemedy_lab.realnode power-off <node dir>/spec.json`` (the BMC power hook)."""
+    if len(argv) != 3 or argv[1] != "power-off":
+        print("usage: python -m noderemedy_lab.realnode power-off SPEC_JSON", file=sys.stderr)
+        return 2
+    kill_node(json.loads(Path(argv[2]).read_text()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,238 @@
+"""The promise on real nodes: the runner (``python -m noderemedy_runner.watcher`` on the host, as in
+test_runner_e2e) fences a real node through its real BMC and the FC switch, and only then releases
+its StatefulSet pod, a real container appending ``<pod uid> <seconds since boot>`` lines to storage
+shared by all real nodes. Afterwards the shared file shows zero overlapping writes: every line of
+the old writer precedes the new writer's first line.
+
+* partition: lab-real-0's link goes down; kubelet and the writer keep running (and writing) until
+  the isolation step disables its FC port, which cuts it off the shared storage; the taint, the
+  pod's deletion and its restart on lab-real-1 come after that.
+* power cut: lab-real-1 is powered off through its BMC; the writer is dead before the fence.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kube_helpers import apply, prefer_node, statefulset, wait_for
+from kubernetes import client
+from test_runner_e2e import (  # noqa: F401 - fixtures shared with the host runner's end-to-end tests
+    OOS,
+    FenceNamespace,
+    Runner,
+    api,
+    fence_ns,
+    get_nf,
+    nodefence,
+    runner,
+    taint_present,
+)
+
+from noderemedy_lab.images import BUSYBOX_IMAGE
+from noderemedy_lab.realnode import REAL_TAINT, SHARED_MOUNT
+
+pytestmark = [pytest.mark.lab, pytest.mark.kube]
+
+REAL = ["lab-real-0", "lab-real-1"]
+#: one line per 0.1 s to /shared/data/$LOG: "<pod uid> <seconds since boot>", the file opened for each line
+WRITER = (
+    "while true; do read up _ < /proc/uptime; "
+    'echo "$POD_UID $up" >> /shared/data/$LOG || echo "write failed $up"; sleep 0.1; done'
+)
+
+
+def web(namespace: str, preferred: str) -> dict:
+    pod = {
+        "affinity": prefer_node(preferred, REAL),
+        "tolerations": [{**REAL_TAINT, "operator": "Equal"}],
+        "terminationGracePeriodSeconds": 1,
+        "containers": [
+            {
+                "name": "web",
+                "image": BUSYBOX_IMAGE,
+                "imagePullPolicy": "Never",
+                "command": ["/bin/sh", "-c", WRITER],
+                "env": [
+                    {"name": "POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
+                    {"name": "LOG", "value": f"{namespace}.log"},
+                ],
+                "volumeMounts": [
+                    {"name": "shared", "mountPath": "/shared", "mountPropagation": "HostToContainer"}
+                ],
+            }
+        ],
+        "volumes": [{"name": "shared", "hostPath": {"path": SHARED_MOUNT, "type": "Directory"}}],
+    }
+    return statefulset(namespace, "web", pod)
+
+
+def web0(lab: Any, ns: str) -> dict | None:
+    out = lab.kubectl("get", "pods", "-n", ns, "-l", "app=web", "-o", "json")
+    items = json.loads(out.stdout)["items"] if out.returncode == 0 else []
+    return items[0] if items else None
+
+
+def writes(path: Path) -> dict[str, list[float]]:
+    """uid -> the timestamps (seconds since boot) of its lines, in file order."""
+    out: dict[str, list[float]] = {}
+    for line in path.read_text().splitlines() if path.exists() else []:
+        uid, _, ts = line.partition(" ")
+        out.setdefault(uid, []).append(float(ts))
+    return out
+
+
+def uptime() -> float:
+    return float(Path("/proc/uptime").read_text().split()[0])
+
+
+@pytest.fixture
+def app(lab_real: Any, tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    ns = f"web-{uuid.uuid4().hex[:6]}"
+    lab_real.kubectl("create", "namespace", ns, check=True)
+    # one file per test: a writer of an earlier test may still be running while its namespace goes
+    shared = Path(lab_real.info["real_nodes"][REAL[0]]["shared_dir"]) / f"{ns}.log"
+    yield ns, shared
+    lab_real.kubectl("delete", "namespace", ns, "--wait=false")
+
+
+def scenario(
+    lab: Any,
+    api_client: client.ApiClient,
+    make_runner: Callable[..., Runner],
+    ns: str,
+    shared: Path,
+    node: str,
+    fail: Callable[[], None],
+    tmp: Path,
+    on_power_off: Callable[[], None] | None = None,
+) -> dict[str, Any]:
+    """Run web-0 on ``node``, ``fail`` the node, fence it with a NodeFence; returns the figures.
+    ``on_power_off`` runs once when the fence has powered the node off (the BMC's power file)."""
+    other = next(n for n in REAL if n != node)
+    apply(lab, tmp, web(ns, node))
+    first = wait_for(
+        lambda: (p := web0(lab, ns)) and p["status"].get("phase") == "Running" and p, 120, "web-0"
+    )
+    assert first["spec"]["nodeName"] == node
+    old = first["metadata"]["uid"]
+    wait_for(lambda: len(writes(shared).get(old, [])) >= 5, 30, "the first writer's lines")
+    fail()
+    t_fail = uptime()
+    lab.wait_nodes([node], {"False", "Unknown"}, 120)
+    co = client.CustomObjectsApi(api_client)
+    name = f"nf-{uuid.uuid4().hex[:6]}"
+    make_runner()
+    nodefence(co, name, node)
+    seen: dict[str, Any] = {"running_elsewhere": None, "taint": None}
+    deadline = time.monotonic() + 300
+    power_file = Path(lab.info["devices"]["bmcs"][node]["power_file"])
+    while time.monotonic() < deadline:
+        obj = get_nf(co, name)
+        if on_power_off is not None and power_file.read_text().strip() == "0":
+            on_power_off()
+            on_power_off = None
+        if seen["taint"] is None and taint_present(lab, node):
+            seen["taint"] = uptime()
+        p = web0(lab, ns)
+        if (
+            seen["running_elsewhere"] is None
+            and p
+            and p["metadata"]["uid"] != old
+            and p["spec"].get("nodeName") == other
+            and p["status"].get("phase") == "Running"
+        ):
+            seen["running_elsewhere"] = uptime()
+        if (obj.get("status") or {}).get("status") in ("Final", "Error") and seen["running_elsewhere"]:
+            break
+        time.sleep(0.2)
+    st = get_nf(co, name).get("status") or {}
+    pod_now = web0(lab, ns) or {}
+    where = (pod_now.get("spec", {}).get("nodeName"), pod_now.get("status", {}).get("phase"))
+    events = lab.kubectl("-n", ns, "get", "events", "--sort-by=.lastTimestamp").stdout[-3000:]
+    assert st.get("status") == "Final", (st, where, events)
+    assert seen["running_elsewhere"], f"web-0 never ran on {other}: now {where}; events:\n{events}"
+    new = web0(lab, ns)["metadata"]["uid"]
+    wait_for(lambda: len(writes(shared).get(new, [])) >= 3, 30, "the new writer's lines")
+    w = writes(shared)
+    assert set(w) == {old, new}, sorted(w)
+    overlapping = [t for t in w[old] if t >= w[new][0]]
+    return {
+        "node": node,
+        "pod_running_elsewhere_s": round(seen["running_elsewhere"] - t_fail, 2),
+        "overlapping_writes": len(overlapping),
+        "old_writer_last_s": round(w[old][-1] - t_fail, 2),
+        "new_writer_first_s": round(w[new][0] - t_fail, 2),
+        "taint_s": round(seen["taint"] - t_fail, 2) if seen["taint"] else None,
+    }
+
+
+@pytest.fixture
+def partitioned(lab_real: Any) -> Iterator[str]:
+    yield REAL[0]
+    lab_real.heal(REAL[0])
+    lab_real.kubectl("taint", "node", REAL[0], f"{OOS}-")
+    lab_real.power_on(REAL[0])
+    lab_real.fc_port(REAL[0], True)
+    lab_real.wait_nodes([REAL[0]], "True", 180)
+
+
+def test_partitioned_real_node_is_fenced_before_its_pod_runs_elsewhere(
+    lab_real: Any,
+    api: client.ApiClient,  # noqa: F811
+    fence_ns: FenceNamespace,  # noqa: F811
+    runner: Callable[..., Runner],  # noqa: F811
+    app: tuple[str, Path],
+    partitioned: str,
+    tmp_path: Path,
+) -> None:
+    ns, shared = app
+    # the power cycle of the fence "repairs" the link, as a reboot does a wedged NIC: the node then
+    # comes back Ready and the NodeFence can finish its recovery
+    fig = scenario(
+        lab_real,
+        api,
+        runner,
+        ns,
+        shared,
+        partitioned,
+        lambda: lab_real.partition(partitioned),
+        tmp_path,
+        on_power_off=lambda: lab_real.heal(partitioned),
+    )
+    print(f"\nFIGURE partition: {fig}")
+    # the old writer was alive after the partition (it kept writing until the FC fence cut it off)
+    assert fig["old_writer_last_s"] > 0, fig
+    assert fig["overlapping_writes"] == 0, fig
+
+
+@pytest.fixture
+def powered_off(lab_real: Any) -> Iterator[str]:
+    yield REAL[1]
+    lab_real.kubectl("taint", "node", REAL[1], f"{OOS}-")
+    lab_real.power_on(REAL[1])
+    lab_real.fc_port(REAL[1], True)
+    lab_real.wait_nodes([REAL[1]], "True", 180)
+
+
+def test_powered_off_real_node_is_fenced_before_its_pod_runs_elsewhere(
+    lab_real: Any,
+    api: client.ApiClient,  # noqa: F811
+    fence_ns: FenceNamespace,  # noqa: F811
+    runner: Callable[..., Runner],  # noqa: F811
+    app: tuple[str, Path],
+    powered_off: str,
+    tmp_path: Path,
+) -> None:
+    ns, shared = app
+    fig = scenario(
+        lab_real, api, runner, ns, shared, powered_off, lambda: lab_real.power_off(powered_off), tmp_path
+    )
+    print(f"\nFIGURE power cut: {fig}")
+    assert fig["old_writer_last_s"] <= 0, "a container of the powered-off node wrote after the cut"
+    assert fig["overlapping_writes"] == 0, fig

@@ -1,0 +1,77 @@
+"""A real node that cannot start stops the start with an error naming the component, and leaves
+nothing behind (no process, namespace, link, cgroup, mount or containerd state).
+
+These run the real node machinery (network namespace, veth, bridge, cgroups, containerd with the
+lab's images) on their own port base, without a control plane: the kubelet is replaced by a
+command that exits at once, which is what a kubelet that cannot start looks like to the lab.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from noderemedy_lab import pki
+from noderemedy_lab.config import LabConfig
+from noderemedy_lab.images import ensure_node_images
+from noderemedy_lab.procs import ComponentError, Supervisor
+from noderemedy_lab.realnode import RealNodes, leftovers
+
+pytestmark = [pytest.mark.lab]
+
+
+@pytest.fixture
+def cfg(tmp_path) -> LabConfig:
+    base = int(os.environ.get("NODEREMEDY_LAB_PORT_BASE", "24000")) + 700
+    return LabConfig(workdir=tmp_path / "lab", port_base=base, nodes=1, real_nodes=1)
+
+
+def real_nodes(cfg: LabConfig, kubelet: str) -> tuple[RealNodes, Supervisor]:
+    cfg.workdir.mkdir(parents=True)
+    pki.generate(cfg.workdir / "pki")
+    sup = Supervisor(cfg.workdir / "logs")
+    binaries = {"kubelet": Path(kubelet), "kube-proxy": Path("/bin/sleep")}
+    kube = {"pki": str(cfg.workdir / "pki")}
+    return RealNodes(cfg, sup, kube, binaries, ensure_node_images()), sup
+
+
+def test_a_kubelet_that_exits_is_named_and_nothing_is_left(cfg):
+    nodes, sup = real_nodes(cfg, "/bin/false")
+    # the relay has no apiserver to forward to here; it still listens on the lab bridge
+    try:
+        nodes.start()
+        deadline = time.monotonic() + 60
+        with pytest.raises(ComponentError) as err:
+            while time.monotonic() < deadline:
+                nodes.check_alive()
+                time.sleep(0.2)
+        assert err.value.component == "kubelet lab-real-0", str(err.value)
+        assert "exited with 1" in str(err.value)
+        # containerd was up (it imported the images) before the kubelet failed
+        assert "imported 2 image(s)" in str(err.value)
+    finally:
+        nodes.stop()
+        sup.stop_all()
+    assert leftovers(cfg) == []
+    assert not any(p.alive() for p in sup.procs.values())
+
+
+def test_a_taken_network_name_stops_the_start_before_anything_runs(cfg):
+    nodes, sup = real_nodes(cfg, "/bin/false")
+    subprocess.run(["ip", "link", "add", nodes.bridge, "type", "bridge"], check=True)
+    try:
+        with pytest.raises(ComponentError) as err:
+            nodes.start()
+        assert err.value.component == "real node network"
+        assert nodes.bridge in str(err.value)
+        assert sup.procs == {}
+        nodes.stop()
+        # ours to delete: the bridge made here is all there is
+        assert leftovers(cfg) == [f"link {nodes.bridge}"]
+    finally:
+        subprocess.run(["ip", "link", "delete", nodes.bridge], check=False)
+    assert leftovers(cfg) == []

@@ -1,0 +1,107 @@
+"""The runner as users run it: the remediation pod image built by ``./dev image`` (debootstrap + pip +
+buildah), ``kubectl apply -k`` of deploy/ through the lab's overlay (image pull policy and placement
+only), two replicas on the lab's real nodes with their real ServiceAccount token and the
+least-privilege RBAC. Both pass their probes; one holds the leader Lease; ``/metrics`` answers from
+inside the pod; the storm guard's status ConfigMap is written (a missing permission shows up as a
+403 in the runner's log, which must not appear); and when the leader pod is force-deleted, the
+other replica takes the Lease over.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from kube_helpers import kjson, wait_for
+
+pytestmark = [pytest.mark.lab, pytest.mark.kube]
+
+ROOT = Path(__file__).resolve().parents[2]
+NS = "noderemedy-system"
+OVERLAY = ROOT / "lab" / "deploy"
+
+
+@pytest.fixture(scope="module")
+def image(tmp_path_factory) -> Path:
+    """The remediation pod image's OCI archive, built now with ``./dev image``."""
+    out = subprocess.run([str(ROOT / "dev"), "image"], capture_output=True, text=True, timeout=1800, cwd=ROOT)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    doc = json.loads((ROOT / "build" / "image" / "image.json").read_text())
+    print(f"image {doc['image']}: {doc['size_bytes']} bytes, built in {doc['build_s']} s")
+    return Path(doc["archive"])
+
+
+def namespace_gone(lab) -> bool:
+    return lab.kubectl("get", "namespace", NS).returncode != 0
+
+
+@pytest.fixture(scope="module")
+def deployed(lab_real, image):
+    lab_real.import_image(image)
+    # another module's deploy/ may still be terminating
+    wait_for(lambda: namespace_gone(lab_real), 120, f"namespace {NS} gone")
+    crds = lab_real.kubectl("apply", "--server-side", "-f", str(ROOT / "deploy" / "crds"))
+    assert crds.returncode == 0, crds.stderr
+    out = lab_real.kubectl("apply", "-k", str(OVERLAY), "--server-side")
+    assert out.returncode == 0, out.stderr
+    yield lab_real
+    lab_real.kubectl("delete", "-k", str(OVERLAY), "--ignore-not-found", "--timeout=120s")
+    wait_for(lambda: namespace_gone(lab_real), 120, f"namespace {NS} gone")
+
+
+def runner_pods(lab) -> list[dict]:
+    return kjson(lab, "-n", NS, "get", "pods", "-l", "app.kubernetes.io/name=noderemedy-runner")["items"]
+
+
+def ready(pod: dict) -> bool:
+    conds = {c["type"]: c["status"] for c in pod["status"].get("conditions", [])}
+    return pod["metadata"].get("deletionTimestamp") is None and conds.get("Ready") == "True"
+
+
+def two_ready(lab) -> list[dict] | None:
+    pods = [p for p in runner_pods(lab) if ready(p)]
+    return pods if len(pods) == 2 else None
+
+
+def holder(lab) -> str:
+    lease = kjson(lab, "-n", NS, "get", "lease", "noderemedy-runner")
+    return lease["spec"].get("holderIdentity") or ""
+
+
+def test_two_replicas_run_on_real_nodes_with_their_service_account(deployed):
+    pods = wait_for(lambda: two_ready(deployed), 180, "two Ready runner pods")
+    real = set(deployed.info["real_nodes"])
+    assert {p["spec"]["nodeName"] for p in pods} <= real
+    assert len({p["spec"]["nodeName"] for p in pods}) == 2, "anti-affinity spreads the replicas"
+    assert all(p["spec"]["serviceAccountName"] == "noderemedy-runner" for p in pods)
+    # the leader is one of them (its identity starts with its pod name)
+    names = {p["metadata"]["name"] for p in pods}
+    lead = wait_for(lambda: holder(deployed), 60, "a Lease holder")
+    assert any(lead.startswith(n) for n in names), (lead, names)
+    # the token is the pod's own: the runner wrote the status ConfigMap and hit no 403
+    wait_for(
+        lambda: deployed.kubectl("-n", NS, "get", "configmap", "noderemedy-status").returncode == 0,
+        60,
+        "the status ConfigMap",
+    )
+    for name in names:
+        logs = deployed.kubectl("-n", NS, "logs", name).stdout
+        assert "403" not in logs, logs[-3000:]
+        metrics = deployed.kubectl(
+            "-n", NS, "exec", name, "--", "python3", "-c",
+            "import urllib.request as u; print(u.urlopen('http://127.0.0.1:8080/metrics').read().decode())",
+        )  # fmt: skip
+        assert metrics.returncode == 0, metrics.stderr
+        assert "noderemedy_remediations_started_total" in metrics.stdout
+
+
+def test_the_other_replica_takes_over_when_the_leader_is_killed(deployed):
+    pods = wait_for(lambda: two_ready(deployed), 180, "two Ready runner pods")
+    lead = wait_for(lambda: holder(deployed), 60, "a Lease holder")
+    leader = next(p["metadata"]["name"] for p in pods if lead.startswith(p["metadata"]["name"]))
+    other = next(p["metadata"]["name"] for p in pods if p["metadata"]["name"] != leader)
+    out = deployed.kubectl("-n", NS, "delete", "pod", leader, "--force", "--grace-period=0")
+    assert out.returncode == 0, out.stderr
+    wait_for(lambda: holder(deployed).startswith(other), 60, f"{other} holding the Lease")
