@@ -62,7 +62,7 @@ from kubernetes import client, config, watch  # noqa: E402
 
 from noderemedy_lab.config import POWER_LABEL, LabConfig  # noqa: E402
 from noderemedy_lab.lab import Lab  # noqa: E402
-from noderemedy_runner.actions import PLAYBOOKS  # noqa: E402
+from noderemedy_runner.machines.actions import PLAYBOOKS  # noqa: E402
 
 CRD = ROOT / "deploy" / "crds" / "remediation.noderemedy.io_nodefences.yaml"
 RUN_START = re.compile(r"^run (\S+): (\S+\.yml) for NodeFence (\S+)$")

@@ -2,10 +2,10 @@
 
 It runs two loops in one process, only on the elected replica when ``--leader-elect`` is given:
 
-* the **detector** (:mod:`noderemedy_runner.detector`): reads the remedy Configuration, watches
+* the **detector** (:mod:`noderemedy_runner.loops.detector`): reads the remedy Configuration, watches
   Nodes, and creates one NodeFence per node that stays unhealthy for its period (storm guard,
   exclusions, pauses and per-node Leases respected);
-* the **watcher** (:mod:`noderemedy_runner.watcher`): reconciles NodeFence and opted-in
+* the **watcher** (:mod:`noderemedy_runner.loops.watcher`): reconciles NodeFence and opted-in
   Metal3Remediation objects by running the collection's playbooks with ansible-runner.
 
 Exit codes: 0 after SIGTERM/SIGINT (Lease released), 1 when leadership was lost or the API
@@ -26,11 +26,11 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from noderemedy_runner import config as cfgmod
-from noderemedy_runner.actions import PLAYBOOKS
+from noderemedy_runner.config import remedy as cfgmod
 from noderemedy_runner.logs import setup as setup_logs
+from noderemedy_runner.machines.actions import PLAYBOOKS
+from noderemedy_runner.machines.nodefence import NodeFencePolicy
 from noderemedy_runner.metrics import Health, Metrics, MetricsServer, parse_addr
-from noderemedy_runner.nodefence import NodeFencePolicy
 
 log = logging.getLogger("noderemedy_runner.cli")
 
@@ -353,7 +353,7 @@ def _label_selector(text: str) -> Any:
     """argparse type of ``--metal3-selector``: a metav1.LabelSelector in JSON."""
     import json  # only with the flag
 
-    from noderemedy_runner.metal3 import Metal3Error, parse_label_selector
+    from noderemedy_runner.machines.metal3 import Metal3Error, parse_label_selector
 
     try:
         return parse_label_selector(json.loads(text), "--metal3-selector")
@@ -417,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
     threads: list[threading.Thread] = []
 
     def start_work() -> None:
-        from noderemedy_runner.detector import Detector
+        from noderemedy_runner.loops.detector import Detector
 
         metrics.set_leader(True)
         detector = None
@@ -438,8 +438,8 @@ def main(argv: list[str] | None = None) -> int:
             t.start()
             threads.append(t)
         if not args.detect_only:
-            from noderemedy_runner.fencecfg import CloudDefaults
-            from noderemedy_runner.watcher import Watcher
+            from noderemedy_runner.config.fence import CloudDefaults
+            from noderemedy_runner.loops.watcher import Watcher
 
             watcher = Watcher(
                 api,

@@ -20,7 +20,7 @@ The outcome (:class:`RunOutcome`) carries ansible's per-host counts (ok/changed/
 messages of failed tasks and the results of the fencing module tasks in the order they ran
 (:class:`ModuleResult`, the ``fence`` evidence of ``noderemedy.core.ipmi_power``/``pdu_outlet``/
 ``fc_port``), which :func:`method_readings` turns into the
-:class:`~noderemedy_runner.actions.MethodReading` values the machines reason about.
+:class:`~noderemedy_runner.machines.actions.MethodReading` values the machines reason about.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from noderemedy_runner.actions import (
+from noderemedy_runner.machines.actions import (
     POWER_DEVICE_TYPES,
     Action,
     FenceReading,
@@ -200,7 +200,7 @@ def method_readings(
 def fence_reading(
     node: str, methods: Sequence[Mapping[str, Any]], outcome: RunOutcome, now: float
 ) -> tuple[FenceReading | None, Mapping[str, Any] | None]:
-    """The step's :class:`FenceReading` (rule: :func:`~noderemedy_runner.actions.reading_from_methods`)
+    """The step's :class:`FenceReading` (rule: :func:`~noderemedy_runner.machines.actions.reading_from_methods`)
     and the module evidence dict that proves it (for ``noderemedy.core.node_taint``'s
     ``fence_evidence``): the first verified power-off result, else the first verified fc result.
     Runs recovered from old artifacts give no reading (a power cycle's off is a fence only while
@@ -469,7 +469,7 @@ class Executor:
         artifacts hold a final ``status`` and ``rc``), or None. Incomplete artifacts (the runner
         died mid-run) and those of a ``canceled`` run (stopped by a graceful shutdown, so it never
         finished) are removed: the run is replayed cleanly. The machine replays one segment of a
-        step at most, which is idempotent (:func:`noderemedy_runner.nodefence.step_segments`)."""
+        step at most, which is idempotent (:func:`noderemedy_runner.machines.nodefence.step_segments`)."""
         art = private_dir / "artifacts" / ident
         if not art.is_dir():
             return None

@@ -2,7 +2,7 @@
 ``/metrics`` (text exposition), ``/healthz`` (liveness: the main loop beat recently) and
 ``/readyz`` (readiness: configuration loaded and the API server answered the last list).
 
-:class:`Metrics` implements :class:`noderemedy_runner.observe.Observer` for the reconcilers and
+:class:`Metrics` implements :class:`noderemedy_runner.observer.Observer` for the reconcilers and
 adds what the detector reports. Metric names (all prefixed ``noderemedy_``):
 
 ==================================================  =========  ==============================

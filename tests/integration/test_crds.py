@@ -19,9 +19,9 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from noderemedy_runner.conditions import set_condition
-from noderemedy_runner.metal3 import HostRef, Metal3RemediationStatus
-from noderemedy_runner.nodefence import NodeFencePolicy, NodeFenceStatus, RunRef
+from noderemedy_runner.machines.conditions import set_condition
+from noderemedy_runner.machines.metal3 import HostRef, Metal3RemediationStatus
+from noderemedy_runner.machines.nodefence import NodeFencePolicy, NodeFenceStatus, RunRef
 
 pytestmark = [pytest.mark.lab, pytest.mark.kube]
 

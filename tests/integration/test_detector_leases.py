@@ -19,8 +19,8 @@ from runner_harness import (
     VERSION,
 )
 
-from noderemedy_runner.config import parse_configurations
-from noderemedy_runner.detector import Detector
+from noderemedy_runner.config.remedy import parse_configurations
+from noderemedy_runner.loops.detector import Detector
 
 NODE = "lab-node-2"
 

@@ -1,4 +1,4 @@
-"""The promise on real nodes: the runner (``python -m noderemedy_runner.watcher`` on the host, as in
+"""The promise on real nodes: the runner (``python -m noderemedy_runner.loops.watcher`` on the host, as in
 test_runner_e2e) fences a real node through its real BMC and the FC switch, and only then releases
 its StatefulSet pod, a real container appending ``<pod uid> <seconds since boot>`` lines to storage
 shared by all real nodes. Afterwards the shared file shows zero overlapping writes: every line of

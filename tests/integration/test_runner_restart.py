@@ -42,7 +42,7 @@ from test_runner_e2e import (  # noqa: F401 - fixtures are used by name
 )
 
 from noderemedy_lab.config import POWER_LABEL
-from noderemedy_runner.nodefence import CONFIRM_MISSING_NODE_ANNOTATION
+from noderemedy_runner.machines.nodefence import CONFIRM_MISSING_NODE_ANNOTATION
 
 pytestmark = [pytest.mark.lab, pytest.mark.kube]
 

@@ -25,7 +25,7 @@ from runner_harness import (
     write_config,
 )
 
-from noderemedy_runner.detect import MEDIK8S_EXCLUDE_LABEL
+from noderemedy_runner.machines.detection import MEDIK8S_EXCLUDE_LABEL
 
 pytestmark = [pytest.mark.lab, pytest.mark.kube]
 

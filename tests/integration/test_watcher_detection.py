@@ -24,7 +24,7 @@ from runner_harness import (
     write_config,
 )
 
-from noderemedy_runner.conditions import parse_time
+from noderemedy_runner.machines.conditions import parse_time
 
 pytestmark = [pytest.mark.lab, pytest.mark.kube]
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from noderemedy_runner.actions import Action, FenceReading, MethodReading, reading_from_methods
-from noderemedy_runner.fencecfg import FenceConfig, parse_fence_config
-from noderemedy_runner.nodefence import (
+from noderemedy_runner.config.fence import FenceConfig, parse_fence_config
+from noderemedy_runner.machines.actions import Action, FenceReading, MethodReading, reading_from_methods
+from noderemedy_runner.machines.nodefence import (
     NodeFenceObservations,
     NodeFencePolicy,
     NodeFenceStatus,

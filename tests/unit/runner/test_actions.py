@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from noderemedy_runner.actions import (
+from noderemedy_runner.machines.actions import (
     Action,
     ActionError,
     FenceReading,

@@ -145,7 +145,7 @@ def test_policy_flags_default_to_the_machine_defaults() -> None:
     """One entry point: every NodeFencePolicy setting has a flag, defaulting to the machine's own
     default (docs/state-machines.md), except the grace period, which the Configuration's period
     already applies."""
-    from noderemedy_runner.nodefence import NodeFencePolicy
+    from noderemedy_runner.machines.nodefence import NodeFencePolicy
 
     args = build_parser().parse_args([])
     policy = NodeFencePolicy()

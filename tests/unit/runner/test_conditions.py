@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from noderemedy_runner.conditions import (
+from noderemedy_runner.machines.conditions import (
     Condition,
     find_condition,
     format_time,

@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from noderemedy_runner.config import (
+from noderemedy_runner.config.remedy import (
     ConfigError,
     IntOrPercent,
     Remedy,
@@ -202,7 +202,7 @@ def test_configmap_without_yaml_keys() -> None:
 
 
 def test_missing_file_named(tmp_path) -> None:
-    from noderemedy_runner.config import load
+    from noderemedy_runner.config.remedy import load
 
     with pytest.raises(ConfigError, match="nope.yaml: cannot read it"):
         load(str(tmp_path / "nope.yaml"))

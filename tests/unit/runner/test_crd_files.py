@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from noderemedy_runner import conditions, metal3, nodefence
-from noderemedy_runner.actions import STEPS
+from noderemedy_runner.machines import conditions, metal3, nodefence
+from noderemedy_runner.machines.actions import STEPS
 
 CRDS = Path(__file__).resolve().parents[3] / "deploy" / "crds"
 

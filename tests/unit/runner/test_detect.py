@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from noderemedy_runner.config import (
+from noderemedy_runner.config.remedy import (
     ConfigurationSet,
     IntOrPercent,
     RemedyConfiguration,
@@ -14,7 +14,7 @@ from noderemedy_runner.config import (
     Threshold,
     parse_configurations,
 )
-from noderemedy_runner.detect import (
+from noderemedy_runner.machines.detection import (
     EXCLUDE_LABEL,
     MEDIK8S_EXCLUDE_LABEL,
     PAUSE_ANNOTATION,
@@ -35,7 +35,7 @@ def cfgs(
 ) -> ConfigurationSet:
     cfg = RemedyConfiguration("test", None, (READY_DOWN,), guard, pause)
     if selector_text is not None:
-        from noderemedy_runner.config import parse_selector_string
+        from noderemedy_runner.config.remedy import parse_selector_string
 
         cfg = RemedyConfiguration(
             "test", parse_selector_string(selector_text, "t"), (READY_DOWN,), guard, pause

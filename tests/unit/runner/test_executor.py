@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from noderemedy_runner.actions import Action, ActionError
 from noderemedy_runner.executor import (
     Executor,
     ExecutorError,
@@ -23,6 +22,7 @@ from noderemedy_runner.executor import (
     private_dir_name,
     release_from_events,
 )
+from noderemedy_runner.machines.actions import Action, ActionError
 
 FC_OFF = {"name": "fc-off", "device_type": "fc", "action": "off"}
 IPMI_OFF = {"name": "ipmi-off", "device_type": "ipmi", "action": "off"}

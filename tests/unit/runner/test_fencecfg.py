@@ -9,8 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from noderemedy_runner.actions import Action
-from noderemedy_runner.fencecfg import (
+from noderemedy_runner.config.fence import (
     PDU_MODELS,
     FenceConfigError,
     config_map_name,
@@ -19,6 +18,7 @@ from noderemedy_runner.fencecfg import (
     parse_template,
     required_templates,
 )
+from noderemedy_runner.machines.actions import Action
 
 NODE = "worker-1"
 CM = "fence-config-worker-1"
@@ -750,7 +750,7 @@ def test_generated_valid_configs_parse_to_what_was_written(case: tuple) -> None:
 
 
 def test_cloud_default_configuration_follows_the_seed() -> None:
-    from noderemedy_runner.fencecfg import CloudDefaults, cloud_default_config
+    from noderemedy_runner.config.fence import CloudDefaults, cloud_default_config
 
     cfg = cloud_default_config(NODE, "aws:///us-east-1a/i-0123456789abcdef0", CloudDefaults("aws-creds"))
     steps = [
@@ -784,7 +784,7 @@ def test_cloud_default_configuration_follows_the_seed() -> None:
     "provider_id", ["", "gce://project/zone/vm-1", "openstack:///uuid", "azure:///subscriptions/x"]
 )
 def test_cloud_default_refuses_nodes_of_providers_without_a_driver(provider_id: str) -> None:
-    from noderemedy_runner.fencecfg import CloudDefaults, cloud_default_config
+    from noderemedy_runner.config.fence import CloudDefaults, cloud_default_config
 
     with pytest.raises(FenceConfigError, match="covers providers \\['aws'\\] only"):
         cloud_default_config(NODE, provider_id, CloudDefaults("c"))

@@ -16,19 +16,20 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import MaxRetryError, NewConnectionError, ReadTimeoutError
 
-from noderemedy_runner import actions as act
-from noderemedy_runner.config import parse_configurations
-from noderemedy_runner.detect import Assessment, NodeCondition, NodeInfo
-from noderemedy_runner.detector import Detector
+from noderemedy_runner.config.remedy import parse_configurations
 from noderemedy_runner.executor import Release, RunOutcome
 from noderemedy_runner.kube import retry
 from noderemedy_runner.kube.client import REQUEST_TIMEOUT, api
 from noderemedy_runner.kube.errors import Conflict, KubeError, NotFound, classify
 from noderemedy_runner.kube.events import reference
 from noderemedy_runner.kube.resources import NODEFENCE
+from noderemedy_runner.loops.detector import Detector
+from noderemedy_runner.loops.memory import ERROR_REQUEUE_SECONDS
+from noderemedy_runner.loops.nodefence import NodeFenceReconciler
+from noderemedy_runner.machines import actions as act
+from noderemedy_runner.machines.detection import Assessment, NodeCondition, NodeInfo
+from noderemedy_runner.machines.nodefence import NodeFencePolicy
 from noderemedy_runner.metrics import Metrics
-from noderemedy_runner.nodefence import NodeFencePolicy
-from noderemedy_runner.reconcile import ERROR_REQUEUE_SECONDS, NodeFenceReconciler
 
 NODE = "worker-1"
 

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from noderemedy_runner.actions import Action, FenceReading
-from noderemedy_runner.metal3 import (
+from noderemedy_runner.machines.actions import Action, FenceReading
+from noderemedy_runner.machines.metal3 import (
     FINALIZER,
     OPT_IN_ANNOTATION,
     PHASES,

@@ -9,7 +9,7 @@ import urllib.request
 import pytest
 
 from noderemedy_runner.metrics import Health, Metrics, MetricsServer, parse_addr
-from noderemedy_runner.observe import NullObserver, Observer
+from noderemedy_runner.observer import NullObserver, Observer
 
 
 def test_same_methods_as_the_observer_protocol() -> None:

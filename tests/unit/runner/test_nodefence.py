@@ -13,10 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from nodefence_world import NAME, NODE, T0, World, fence_config, run
 
-from noderemedy_runner.actions import FenceReading
-from noderemedy_runner.conditions import Condition, find_condition
-from noderemedy_runner.fencecfg import FenceConfig
-from noderemedy_runner.nodefence import (
+from noderemedy_runner.config.fence import FenceConfig
+from noderemedy_runner.machines.actions import FenceReading
+from noderemedy_runner.machines.conditions import Condition, find_condition
+from noderemedy_runner.machines.nodefence import (
     PHASES,
     NodeFenceObservations,
     NodeFencePolicy,

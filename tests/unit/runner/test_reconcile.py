@@ -10,13 +10,14 @@ from typing import Any
 
 import pytest
 
-from noderemedy_runner import actions as act
-from noderemedy_runner.actions import FenceReading
+from noderemedy_runner.config.fence import FenceConfigError
 from noderemedy_runner.executor import Executor
-from noderemedy_runner.fencecfg import FenceConfigError
 from noderemedy_runner.kube.resources import has_taint, ready_condition
-from noderemedy_runner.nodefence import NodeFencePolicy
-from noderemedy_runner.reconcile import NodeFenceReconciler, _tolerates_oos, load_fence_config
+from noderemedy_runner.loops.metal3 import _tolerates_oos
+from noderemedy_runner.loops.nodefence import NodeFenceReconciler, load_fence_config
+from noderemedy_runner.machines import actions as act
+from noderemedy_runner.machines.actions import FenceReading
+from noderemedy_runner.machines.nodefence import NodeFencePolicy
 
 NODE = "worker-1"
 

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from noderemedy_runner.config import IntOrPercent, StormGuard
-from noderemedy_runner.storm import (
+from noderemedy_runner.config.remedy import IntOrPercent, StormGuard
+from noderemedy_runner.machines.storm import (
     REASON_COOLDOWN,
     REASON_TOO_MANY,
     REASON_WITHIN_LIMIT,

@@ -48,7 +48,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from noderemedy_runner.actions import Step
+from noderemedy_runner.machines.actions import Step
 
 DeviceType = Literal["ipmi", "redfish", "aws", "vmware", "kdump", "pdu", "fc", "node"]
 

@@ -30,9 +30,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from noderemedy_runner import actions as act
-from noderemedy_runner.actions import Action, FenceReading
-from noderemedy_runner.conditions import format_time, parse_time
+from noderemedy_runner.machines import actions as act
+from noderemedy_runner.machines.actions import Action, FenceReading
+from noderemedy_runner.machines.conditions import format_time, parse_time
 
 PHASE_RUNNING = "Running"
 PHASE_WAITING = "Waiting"

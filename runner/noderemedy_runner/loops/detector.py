@@ -1,17 +1,17 @@
-"""The detector's I/O side: watch Nodes and NodeFences, run :func:`noderemedy_runner.detect.plan`,
+"""The detector's I/O side: watch Nodes and NodeFences, run :func:`noderemedy_runner.machines.detection.plan`,
 and act on the plan -- create NodeFences, cancel not-yet-started ones, hold per-node Leases,
 write Events and the storm guard's status.
 
-What it writes (all decided by the pure :mod:`~noderemedy_runner.detect` and
-:mod:`~noderemedy_runner.storm`):
+What it writes (all decided by the pure :mod:`~noderemedy_runner.machines.detection` and
+:mod:`~noderemedy_runner.machines.storm`):
 
 * **NodeFence** ``<node>`` (cluster-scoped, ``spec: {node}`` as the CRD demands), labelled
   ``app.kubernetes.io/managed-by=noderemedy-runner`` and annotated with the Configuration, the
   threshold that matched, the remedy names and when the node became unhealthy. Before creating
-  it the detector takes the node's Lease (:class:`~noderemedy_runner.leader.NodeLeases`); it
+  it the detector takes the node's Lease (:class:`~noderemedy_runner.kube.leases.NodeLeases`); it
   renews the Lease while the NodeFence is not finished and deletes it afterwards.
 * **Cancel**: for a NodeFence still New whose node is Ready again before any step started, the
-  detector asks the NodeFence machine itself (:func:`noderemedy_runner.nodefence.decide` with
+  detector asks the NodeFence machine itself (:func:`noderemedy_runner.machines.nodefence.decide` with
   the node Ready) and writes the status it returns (``Final``, ``Processing=False``
   ``NodeHealthy``) with a PUT on the status subresource carrying the resourceVersion read --
   so it cannot race the reconciler committing a step (one of the two writes gets 409).
@@ -44,22 +44,27 @@ from typing import Any
 
 from kubernetes import client
 
-from noderemedy_runner import detect
-from noderemedy_runner.conditions import Condition, format_time, parse_time, set_condition
-from noderemedy_runner.config import ConfigurationSet
-from noderemedy_runner.detect import Assessment, FenceInfo, NodeInfo, Plan, Refusal
-from noderemedy_runner.fencecfg import FenceConfig
+from noderemedy_runner.config.fence import FenceConfig
+from noderemedy_runner.config.remedy import ConfigurationSet
 from noderemedy_runner.kube.client import api
 from noderemedy_runner.kube.errors import Conflict, KubeError, NotFound
 from noderemedy_runner.kube.events import COMPONENT, EventRecorder
 from noderemedy_runner.kube.informer import Informer
 from noderemedy_runner.kube.leases import NodeLeases
 from noderemedy_runner.logs import bind
+from noderemedy_runner.machines import detection as detect
+from noderemedy_runner.machines.conditions import Condition, format_time, parse_time, set_condition
+from noderemedy_runner.machines.detection import Assessment, FenceInfo, NodeInfo, Plan, Refusal
+from noderemedy_runner.machines.nodefence import (
+    NodeFenceObservations,
+    NodeFencePolicy,
+    NodeFenceStatus,
+    decide,
+)
+from noderemedy_runner.machines.storm import StormState
 from noderemedy_runner.metrics import Metrics
-from noderemedy_runner.nodefence import NodeFenceObservations, NodeFencePolicy, NodeFenceStatus, decide
-from noderemedy_runner.storm import StormState
 
-log = logging.getLogger("noderemedy_runner.detector")
+log = logging.getLogger("noderemedy_runner.loops.detector")
 
 GROUP, VERSION, PLURAL, KIND = "remediation.noderemedy.io", "v1alpha1", "nodefences", "NodeFence"
 STATUS_CONFIGMAP = "noderemedy-status"
@@ -73,7 +78,7 @@ class Detector:
 
     Args:
         api_client: ``kubernetes.client.ApiClient``.
-        configs: the remedy Configurations (:func:`noderemedy_runner.config.load`).
+        configs: the remedy Configurations (:func:`noderemedy_runner.config.remedy.load`).
         namespace: the runner's namespace (status ConfigMap, per-node Leases).
         identity: this replica's id (Lease holder ``noderemedy-runner/<identity>``, Events).
         dry_run: decide and report only.

@@ -25,7 +25,7 @@ Rules (node remedy seed "Remedy detector"; NodeHealthCheck for exclusions and pa
   ``jobs``, no restart) whose node is Ready and no longer matches any threshold is cancelled in the way the
   NodeFence machine itself does it (``New`` + node Ready → ``Final``, reason ``NodeHealthy``).
 * **Another remediator** holding the node's Lease (holder not ours) → refused (``LeaseHeld``).
-* The **storm guard** (:mod:`noderemedy_runner.storm`) is evaluated per Configuration; while
+* The **storm guard** (:mod:`noderemedy_runner.machines.storm`) is evaluated per Configuration; while
   active, unhealthy nodes without a NodeFence are refused (``StormGuard``). It counts the nodes
   whose threshold condition matches *now*, without waiting for the period: nodes that drop
   together in a switch failure are counted as soon as they drop, so none of them is fenced
@@ -39,9 +39,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from noderemedy_runner.conditions import parse_time
-from noderemedy_runner.config import ConfigurationSet, RemedyConfiguration, Threshold
-from noderemedy_runner.storm import StormState, evaluate
+from noderemedy_runner.config.remedy import ConfigurationSet, RemedyConfiguration, Threshold
+from noderemedy_runner.machines.conditions import parse_time
+from noderemedy_runner.machines.storm import StormState, evaluate
 
 EXCLUDE_LABEL = "remediation.noderemedy.io/exclude-from-remediation"
 MEDIK8S_EXCLUDE_LABEL = "remediation.medik8s.io/exclude-from-remediation"
@@ -127,7 +127,7 @@ class FenceInfo:
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> FenceInfo:
         """From a NodeFence's JSON. Error is terminal when ``Succeeded=False`` with reason
-        ``RestartLimitReached`` (what :func:`noderemedy_runner.nodefence.decide` writes)."""
+        ``RestartLimitReached`` (what :func:`noderemedy_runner.machines.nodefence.decide` writes)."""
         meta = obj.get("metadata") or {}
         status = obj.get("status") or {}
         phase = str(status.get("status") or "New")

@@ -33,7 +33,7 @@ Node with the annotation :data:`CONFIRM_MISSING_NODE_ANNOTATION` (``"true"``). W
 nothing is released (there is no Node to taint) and recovery waits for the Node to register.
 In Running and Done (before Recovery) the node's workloads are released with the out-of-service
 taint as soon as an observation shows a verified fence of this node; the taint action cannot be
-built without one (:func:`noderemedy_runner.actions.taint_out_of_service`, invariant 1). Isolation
+built without one (:func:`noderemedy_runner.machines.actions.taint_out_of_service`, invariant 1). Isolation
 and PowerManagement runs started while the node carries no taint release in the same run, on the
 fence that run verified (:func:`run_step_action` ``release``); the taint action is then the
 fallback for a run whose release was refused or lost.
@@ -49,9 +49,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from noderemedy_runner import actions as act
-from noderemedy_runner.actions import STEPS, Action, FenceReading, Step
-from noderemedy_runner.conditions import (
+from noderemedy_runner.config.fence import FenceConfig, FenceMethod
+from noderemedy_runner.machines import actions as act
+from noderemedy_runner.machines.actions import STEPS, Action, FenceReading, Step
+from noderemedy_runner.machines.conditions import (
     Condition,
     ConditionStatus,
     find_condition,
@@ -60,7 +61,6 @@ from noderemedy_runner.conditions import (
     parse_time,
     set_condition,
 )
-from noderemedy_runner.fencecfg import FenceConfig, FenceMethod
 
 Phase = Literal["New", "Running", "Done", "Final", "Error"]
 PHASES: tuple[Phase, ...] = ("New", "Running", "Done", "Final", "Error")
@@ -326,7 +326,7 @@ def run_step_action(
 def verify_fence_action(name: str, config: FenceConfig) -> Action:
     """``verify_fence``: read back (no change) the state of every ``off`` method of Isolation and
     PowerManagement (``fence_verify.yml``); the executor reduces it with
-    :func:`noderemedy_runner.actions.reading_from_methods`."""
+    :func:`noderemedy_runner.machines.actions.reading_from_methods`."""
     methods = tuple(m for m in config.isolation + config.power_management if m.action == "off")
     return Action(
         kind="verify_fence",

@@ -42,7 +42,7 @@ from typing import Any
 
 import yaml
 
-from noderemedy_runner.metal3 import (
+from noderemedy_runner.machines.metal3 import (
     LabelSelector,
     Metal3Error,
     Requirement,
@@ -134,7 +134,7 @@ class StormGuard:
     """The storm guard of one Configuration (MachineHealthCheck ``maxUnhealthy`` /
     ``unhealthyRange``, NodeHealthCheck ``minHealthy``); at most one of the three is set.
     ``cooldown``: seconds after a storm ends before fencing resumes. ``enabled=False`` turns it
-    off (only when said explicitly). Rounding of percentages: :mod:`noderemedy_runner.storm`."""
+    off (only when said explicitly). Rounding of percentages: :mod:`noderemedy_runner.machines.storm`."""
 
     max_unhealthy: IntOrPercent | None = None
     min_healthy: IntOrPercent | None = None

@@ -25,24 +25,22 @@ from typing import Any
 
 from kubernetes import client
 
+from noderemedy_runner.config.fence import CloudDefaults
 from noderemedy_runner.executor import RUN_NICE, Executor, link_collection
-from noderemedy_runner.fencecfg import CloudDefaults
 from noderemedy_runner.kube.informer import Informer
 from noderemedy_runner.kube.resources import CRD, METAL3REMEDIATION, NODEFENCE, KubeIO
 from noderemedy_runner.logs import bind
-from noderemedy_runner.metal3 import LabelSelector, opted_in
-from noderemedy_runner.nodefence import NodeFencePolicy
-from noderemedy_runner.observe import NullObserver, Observer
-from noderemedy_runner.reconcile import (
-    ERROR_REQUEUE_SECONDS,
-    Metal3RemediationReconciler,
-    NodeFenceReconciler,
-)
+from noderemedy_runner.loops.memory import ERROR_REQUEUE_SECONDS
+from noderemedy_runner.loops.metal3 import Metal3RemediationReconciler
+from noderemedy_runner.loops.nodefence import NodeFenceReconciler
+from noderemedy_runner.machines.metal3 import LabelSelector, opted_in
+from noderemedy_runner.machines.nodefence import NodeFencePolicy
+from noderemedy_runner.observer import NullObserver, Observer
 
 log = logging.getLogger(__name__)
 
 #: The checkout this package runs from, when it is one (the collection root: playbooks/, roles/).
-CHECKOUT_ROOT = Path(__file__).resolve().parents[2]
+CHECKOUT_ROOT = Path(__file__).resolve().parents[3]
 
 Key = tuple[str, str, str]  # (kind, namespace, name)
 
@@ -87,7 +85,7 @@ class Watcher:
         run_nice: niceness added to each playbook run (see
             :func:`~noderemedy_runner.executor.run_niced`; 0: none).
         dry_run: decide and log only; no playbook, no write.
-        observer: metrics seam (:class:`~noderemedy_runner.observe.Observer`).
+        observer: metrics seam (:class:`~noderemedy_runner.observer.Observer`).
         metal3_selector: label selector for Metal3Remediations without the opt-in annotation
             (None: only annotated ones).
         namespace: where fence ConfigMaps and Secrets live.

@@ -22,14 +22,14 @@ cooldown continues the old one (its ``since`` is kept).
 While the guard is *active* (storm or cooldown) no new NodeFence is created; existing ones
 (in-flight remediations) continue. ``total`` counts the nodes the Configuration selects;
 ``unhealthy`` those whose threshold condition matches now, period or not (excluded and paused
-nodes included: they are unhealthy all the same; see :mod:`noderemedy_runner.detect`).
+nodes included: they are unhealthy all the same; see :mod:`noderemedy_runner.machines.detection`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from noderemedy_runner.config import IntOrPercent, StormGuard
+from noderemedy_runner.config.remedy import IntOrPercent, StormGuard
 
 REASON_WITHIN_LIMIT = "WithinLimit"
 REASON_TOO_MANY = "TooManyUnhealthy"

@@ -1,0 +1,1 @@
+"""The configuration formats users write: the remedy Configuration and the seed's fence ConfigMaps."""

@@ -1,0 +1,337 @@
+"""The Metal3Remediation reconciler: observe (the remediation, its Machine, BareMetalHost and Node)
+→ the pure :func:`noderemedy_runner.machines.metal3.decide` → act (power through the BMC,
+out-of-service taint, finalizer, ``OwnerRemediated`` on the Machine). The one promise holds as for
+NodeFence: the taint only with the evidence of the very power-off read-back (:meth:`InMemory.evidence_for`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from noderemedy_runner import logs
+from noderemedy_runner.executor import Executor
+from noderemedy_runner.kube.errors import Conflict
+from noderemedy_runner.kube.resources import (
+    BAREMETALHOST,
+    MACHINE,
+    METAL3REMEDIATION,
+    KubeIO,
+    has_taint,
+    ready_condition,
+)
+from noderemedy_runner.loops.memory import (
+    ERROR_REQUEUE_SECONDS,
+    READING_FRESH_SECONDS,
+    InMemory,
+    meta_of,
+    taint_event,
+)
+from noderemedy_runner.machines import metal3 as m3
+from noderemedy_runner.machines.actions import (
+    OUT_OF_SERVICE_TAINT_EFFECT,
+    OUT_OF_SERVICE_TAINT_KEY,
+    Action,
+    FenceReading,
+)
+from noderemedy_runner.observer import NullObserver, Observer
+
+log = logging.getLogger(__name__)
+
+#: Annotation (``namespace/name`` or ``name``) naming a Machine's / Metal3Remediation's BareMetalHost.
+BMH_ANNOTATION = "metal3.io/BareMetalHost"
+#: Consecutive failed power runs after which the host counts as not powerable (phase Failed).
+POWER_FAILURE_LIMIT = 3
+#: Module error classes meaning the BMC refuses power changes (no point retrying).
+POWER_REFUSED = ("auth", "privilege")
+
+
+class Metal3RemediationReconciler:
+    """Drives opted-in Metal3Remediation objects through :func:`noderemedy_runner.machines.metal3.decide`.
+
+    The BareMetalHost is found from the annotation ``metal3.io/BareMetalHost`` (``ns/name``) on
+    the Machine or the Metal3Remediation, else the host named like the Machine's node. The Machine
+    is the Metal3Remediation's owner (ownerReferences kind Machine), else the Machine with its name
+    (CAPI names remediations after their Machine).
+    """
+
+    kind = "Metal3Remediation"
+
+    def __init__(
+        self,
+        kube: KubeIO,
+        executor: Executor,
+        *,
+        selector: m3.LabelSelector | None = None,
+        observer: Observer | None = None,
+        clock: Callable[[], float] = time.time,
+        dry_run: bool = False,
+    ) -> None:
+        self.kube = kube
+        self.executor = executor
+        self.selector = selector
+        self.observer: Observer = observer or NullObserver()
+        self.clock = clock
+        self.dry_run = dry_run
+        self._held: dict[tuple[str, str], InMemory] = {}
+        self._lock = threading.Lock()
+
+    def held(self, namespace: str, name: str) -> InMemory:
+        """In-memory state of one Metal3Remediation."""
+        with self._lock:
+            return self._held.setdefault((namespace, name), InMemory())
+
+    def forget(self, namespace: str, name: str) -> None:
+        """Drop the in-memory state of a deleted Metal3Remediation."""
+        with self._lock:
+            self._held.pop((namespace, name), None)
+
+    def _find_host(
+        self, obj: Mapping[str, Any], machine: Mapping[str, Any] | None, node: str | None
+    ) -> dict[str, Any]:
+        namespace = str(meta_of(obj).get("namespace"))
+        for source in (machine, obj):
+            if source is None:
+                continue
+            ref = (meta_of(source).get("annotations") or {}).get(BMH_ANNOTATION)
+            if ref:
+                ns, _, hname = str(ref).rpartition("/")
+                bmh = self.kube.get_custom(BAREMETALHOST, hname, ns or namespace)
+                if bmh is None:
+                    raise m3.Metal3Error(
+                        f"BareMetalHost {ns or namespace}/{hname} (annotation {BMH_ANNOTATION}) not found"
+                    )
+                return bmh
+        if node:
+            bmh = self.kube.get_custom(BAREMETALHOST, node, namespace)
+            if bmh is not None:
+                return bmh
+        raise m3.Metal3Error(
+            f"Metal3Remediation {namespace}/{meta_of(obj).get('name')}: no BareMetalHost (annotation "
+            f"{BMH_ANNOTATION} on the Machine, or a host named like node {node!r})"
+        )
+
+    def reconcile(
+        self, namespace: str, name: str, cancel: threading.Event | None = None, max_actions: int = 100
+    ) -> float | None:
+        """Reconcile Metal3Remediation ``namespace/name`` until it waits (delay in seconds) or
+        has nothing to do (None). Every log line written meanwhile names the object and, once
+        known, its node (:func:`logs.scope`)."""
+        with logs.scope(resource=f"Metal3Remediation/{namespace}/{name}"):
+            return self._reconcile(namespace, name, cancel, max_actions)
+
+    def _reconcile(
+        self, namespace: str, name: str, cancel: threading.Event | None, max_actions: int
+    ) -> float | None:
+        cancel = cancel or threading.Event()
+        held = self.held(namespace, name)
+        where = f"Metal3Remediation {namespace}/{name}"
+        for _ in range(max_actions):
+            if cancel.is_set():
+                return None
+            obj = self.kube.get_custom(METAL3REMEDIATION, name, namespace)
+            if obj is None:
+                self.forget(namespace, name)
+                return None
+            meta = meta_of(obj)
+            try:
+                if not m3.opted_in(meta, self.selector):
+                    return None
+                status = m3.Metal3RemediationStatus.from_dict(obj.get("status"))
+                strategy = m3.RemediationStrategy.from_spec(obj.get("spec"), where)
+            except (ValueError, m3.Metal3Error) as exc:
+                self.kube.event(obj, "Warning", "InvalidRemediation", str(exc))
+                return None
+            if status.phase in (m3.PHASE_DELETING, m3.PHASE_FAILED):
+                return None
+            owners = [o for o in meta.get("ownerReferences") or [] if o.get("kind") == "Machine"]
+            machine_name = str(owners[0]["name"]) if owners else str(meta.get("name"))
+            machine = self.kube.get_custom(MACHINE, machine_name, namespace)
+            node = None
+            if machine is not None:
+                node = ((machine.get("status") or {}).get("nodeRef") or {}).get("name")
+            logs.set_node(node)
+            try:
+                host = m3.HostRef.from_object(self._find_host(obj, machine, node))
+            except m3.Metal3Error as exc:
+                self.kube.event(obj, "Warning", "HostNotFound", str(exc))
+                return ERROR_REQUEUE_SECONDS
+            now = self.clock()
+            node_obj = self.kube.get_node(node) if node else None
+            ready = ready_condition(node_obj)[0] if node_obj is not None else False
+            taint = node_obj is not None and has_taint(
+                node_obj, OUT_OF_SERVICE_TAINT_KEY, OUT_OF_SERVICE_TAINT_EFFECT
+            )
+            drained = True
+            if node_obj is not None and taint:
+                drained = not [p for p in self.kube.pods_on_node(str(node)) if not _tolerates_oos(p)]
+            owner_false = False
+            if machine is not None:
+                for c in (machine.get("status") or {}).get("conditions") or []:
+                    if c.get("type") == m3.OWNER_REMEDIATED and c.get("status") == "False":
+                        owner_false = True
+            reading = held.reading
+            if reading is not None and now - reading.observed_at > READING_FRESH_SECONDS:
+                reading = None
+            obs = m3.Metal3Observations(
+                now=now,
+                node=node,
+                node_exists=node_obj is not None,
+                node_ready=ready,
+                taint_present=taint,
+                node_drained=drained,
+                power=reading,
+                power_failed=held.power_refused or held.power_failures >= POWER_FAILURE_LIMIT,
+                has_finalizer=m3.FINALIZER in (meta.get("finalizers") or []),
+                owner_remediated_false=owner_false,
+            )
+            action = m3.decide(name, namespace, machine_name, status, strategy, host, obs)
+            log.debug("%s: %s (%s)", where, action.kind, action.reason)
+            if self.dry_run:
+                log.info("dry run: %s would %s (%s)", where, action.kind, action.reason)
+                return None
+            if action.kind == "wait":
+                return action.seconds
+            if action.kind == "none":
+                if action.reason == "RemediationDone" and not held.notes:
+                    held.notes.append("done")
+                    self.kube.event(
+                        obj, "Normal", "RemediationDone", f"node {node} Ready again; finalizer removed"
+                    )
+                    self.observer.remediation_finished(self.kind, name, str(node), "done")
+                return None
+            try:
+                ok = self._perform(obj, status, action, held, host, node, cancel)
+            except Conflict:
+                continue
+            if not ok:
+                return ERROR_REQUEUE_SECONDS
+        return 1.0
+
+    def _perform(
+        self,
+        obj: dict[str, Any],
+        old: m3.Metal3RemediationStatus,
+        action: Action,
+        held: InMemory,
+        host: m3.HostRef,
+        node: str | None,
+        cancel: threading.Event,
+    ) -> bool:
+        meta = meta_of(obj)
+        name, namespace = str(meta.get("name")), str(meta.get("namespace"))
+        if action.kind == "write_status":
+            assert action.status is not None
+            self.kube.replace_status(METAL3REMEDIATION, obj, action.status)
+            new = m3.Metal3RemediationStatus.from_dict(action.status)
+            if old.phase == "" and new.phase == m3.PHASE_RUNNING:
+                self.observer.remediation_started(self.kind, name, str(node))
+            if new.phase in (m3.PHASE_DELETING, m3.PHASE_FAILED):
+                self.observer.remediation_finished(self.kind, name, str(node), new.phase)
+            type_ = "Warning" if new.phase in (m3.PHASE_DELETING, m3.PHASE_FAILED) else "Normal"
+            self.kube.event(
+                obj, type_, action.reason,
+                f"phase {old.phase or '-'} -> {new.phase}, retryCount {new.retry_count}",
+            )  # fmt: skip
+            return True
+        if action.kind in ("add_finalizer", "remove_finalizer"):
+            self.kube.patch_finalizers(METAL3REMEDIATION, obj, m3.FINALIZER, action.kind == "add_finalizer")
+            return True
+        if action.kind == "set_owner_remediated":
+            cond = dict(action.extravars["condition"])
+            self.kube.set_machine_condition(namespace, str(action.extravars["machine"]), cond)
+            self.kube.event(
+                obj,
+                "Warning",
+                "RetryLimitReached",
+                f"Machine {action.extravars['machine']}: OwnerRemediated=False",
+            )
+            return True
+        if action.kind == "power":
+            state = str(action.extravars.get("state"))
+            outcome = self.executor.run(
+                action,
+                kind=self.kind,
+                name=name,
+                uid=str(meta.get("uid", "")),
+                namespace=namespace,
+                ident=f"{action.ident}-{int(self.clock() * 1000)}",
+                cancel=cancel,
+                priority=old.retry_count,  # a first remediation runs before other hosts' retries
+            )
+            self.observer.run_finished(self.kind, name, "bmh_power.yml", outcome.status, outcome.seconds)
+            if outcome.status == "canceled":
+                return False
+            res = outcome.modules[-1] if outcome.modules else None
+            if not outcome.succeeded or res is None:
+                held.power_failures += 1
+                held.power_refused = res is not None and res.error in POWER_REFUSED
+                self.kube.event(obj, "Warning", "PowerFailed", f"power {state}: {outcome.summary()}")
+                return False
+            held.power_failures, held.power_refused = 0, False
+            off = res.fence.get("verified") is True
+            held.reading = FenceReading(
+                node or host.name, off, "power_off", f"BareMetalHost {namespace}/{host.name}", self.clock()
+            )
+            held.evidence = dict(res.fence) if off else None
+            if off:
+                self.observer.fence_verified(res.device_type, node or host.name, outcome.seconds)
+            self.kube.event(
+                obj,
+                "Normal",
+                "Power" + state.capitalize(),
+                f"power {state} read back {res.state}: {outcome.summary()}",
+            )
+            return True
+        if action.kind in ("taint_out_of_service", "untaint_out_of_service"):
+            extra: dict[str, Any] = {}
+            if action.kind == "taint_out_of_service":
+                evidence = held.evidence_for(action)
+                if evidence is None:
+                    return False
+                extra["fence_evidence"] = evidence
+            verb = "add" if action.kind == "taint_out_of_service" else "remove"
+            outcome = self.executor.run(
+                action,
+                kind=self.kind,
+                name=name,
+                uid=str(meta.get("uid", "")),
+                namespace=namespace,
+                ident=f"{name}-taint-{verb}-{int(self.clock() * 1000)}",
+                extra_extravars=extra,
+                cancel=cancel,
+            )
+            if not outcome.succeeded:
+                if verb == "add":
+                    held.reading, held.evidence = None, None
+                taint_event(
+                    self.kube,
+                    obj,
+                    str(node or ""),
+                    "Warning",
+                    "OutOfServiceTaintFailed",
+                    f"{verb}: {outcome.summary()}",
+                )
+                return False
+            reason = "OutOfServiceTaint" + ("Added" if verb == "add" else "Removed")
+            taint_event(self.kube, obj, str(node or ""), "Normal", reason, f"node {node}")
+            return True
+        raise ValueError(f"Metal3Remediation {namespace}/{name}: unexpected action {action.kind}")
+
+
+def _tolerates_oos(pod: Mapping[str, Any]) -> bool:
+    """Whether a pod stays despite the out-of-service taint (tolerates it, or already finished)."""
+    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        return True
+    for t in (pod.get("spec") or {}).get("tolerations") or []:
+        if t.get("operator") == "Exists" and not t.get("key"):
+            return True
+        if t.get("key") == OUT_OF_SERVICE_TAINT_KEY:
+            return True
+    return False
+
+
+__all__ = ["BMH_ANNOTATION", "Metal3RemediationReconciler", "POWER_FAILURE_LIMIT", "POWER_REFUSED"]

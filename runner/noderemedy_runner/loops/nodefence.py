@@ -1,0 +1,414 @@
+"""The reconcilers: observe → pure decide → act, for NodeFence and Metal3Remediation.
+
+Each :meth:`reconcile` call loops: read the custom resource and what the machine needs (node,
+fence ConfigMaps, BareMetalHost, Machine), build the observations, ask the pure ``decide``
+(:mod:`noderemedy_runner.machines.nodefence`, :mod:`noderemedy_runner.machines.metal3`) for the one next action,
+perform it, and decide again -- until the machine asks to wait (the delay is returned) or has
+nothing to do (None). A ``write_status`` is a PUT with the resourceVersion; a 409 re-reads and
+re-decides (DESIGN.md invariant 4). The reconcilers keep no state that matters for correctness:
+in memory there are only the last run's result (lost on a crash: the machine replays the same
+run ident, and the executor returns a finished run's outcome from its artifacts instead of
+repeating it) and the last fence reading with the module evidence that proves it (lost on a
+crash: the machine asks for ``verify_fence``).
+
+The one promise (invariant 1): the out-of-service taint is added only by
+``noderemedy.core.node_taint`` given a fencing module's own evidence of a verified fence, which it
+checks together with the node being NotReady. Two paths get it there: a fence step run with
+``release_workloads`` passes the evidence of the fence that very run read back
+(``playbooks/fence_step.yml``); and a ``taint_out_of_service`` action, constructible only from a
+verified :class:`~noderemedy_runner.machines.actions.FenceReading` of that node, runs with the evidence of
+that reading only (:meth:`InMemory.evidence_for`). docs/runner.md "The one promise".
+
+Events (medik8s style, message prefixed ``[remediation]``) are recorded for every state change,
+every run's outcome (ok/changed/failed counts and failed task messages) and every taint change.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from noderemedy_runner import logs
+from noderemedy_runner.config.fence import (
+    CloudDefaults,
+    FenceConfig,
+    FenceConfigError,
+    cloud_default_config,
+    config_map_name,
+    parse_fence_config,
+    required_templates,
+)
+from noderemedy_runner.executor import Executor, RunOutcome, fence_reading
+from noderemedy_runner.kube.errors import Conflict
+from noderemedy_runner.kube.resources import (
+    NODEFENCE,
+    KubeIO,
+    has_taint,
+    ready_condition,
+)
+from noderemedy_runner.loops.memory import (
+    ERROR_REQUEUE_SECONDS,
+    READING_FRESH_SECONDS,
+    InMemory,
+    created_at,
+    meta_of,
+    taint_event,
+)
+from noderemedy_runner.machines.actions import (
+    OUT_OF_SERVICE_TAINT_EFFECT,
+    OUT_OF_SERVICE_TAINT_KEY,
+    Action,
+    FenceReading,
+)
+from noderemedy_runner.machines.conditions import find_condition, set_condition
+from noderemedy_runner.machines.nodefence import (
+    CONFIRM_MISSING_NODE_ANNOTATION,
+    NodeFenceObservations,
+    NodeFencePolicy,
+    NodeFenceStatus,
+    StepResult,
+    decide,
+    is_terminal,
+)
+from noderemedy_runner.observer import NullObserver, Observer
+
+log = logging.getLogger(__name__)
+
+#: Condition reason when the fence configuration cannot be used.
+FENCE_CONFIG_INVALID = "FenceConfigInvalid"
+
+
+def load_fence_config(
+    kube: KubeIO, namespace: str, node: str, cloud: CloudDefaults | None = None
+) -> FenceConfig:
+    """Read and parse ``fence-config-<node>`` and its templates from ``namespace``.
+
+    Without that ConfigMap and with ``cloud`` set, a node whose ``spec.providerID`` names a cloud
+    provider gets the seed's default cloud configuration (:func:`~noderemedy_runner.config.fence.cloud_default_config`).
+    Raises :class:`~noderemedy_runner.config.fence.FenceConfigError` naming the ConfigMap and key: a
+    missing ``fence-config-<node>`` (and no default), a template it names that does not exist,
+    anything the parser refuses."""
+    name = config_map_name(node)
+    data = kube.get_configmap_data(namespace, name)
+    if data is None:
+        if cloud is not None:
+            node_obj = kube.get_node(node) or {}
+            provider_id = str((node_obj.get("spec") or {}).get("providerID") or "")
+            return cloud_default_config(node, provider_id, cloud)
+        raise FenceConfigError(name, None, f"not found in namespace {namespace!r}")
+    templates: dict[str, Any] = {}
+    for tname in sorted(required_templates(name, data, node)):
+        tdata = kube.get_configmap_data(namespace, tname)
+        if tdata is not None:
+            templates[tname] = tdata
+    return parse_fence_config(name, data, templates, node)
+
+
+class NodeFenceReconciler:
+    """Drives NodeFence objects (cluster-scoped) through :func:`noderemedy_runner.machines.nodefence.decide`.
+
+    Args:
+        kube: API access.
+        executor: runs the playbooks.
+        namespace: where the fence ConfigMaps and credentials Secrets live.
+        policy: the machine's tunables (seconds).
+        observer: metrics/logging seam (never raises).
+        clock: wall-clock seconds (injectable for tests).
+        dry_run: decide and log, perform nothing.
+    """
+
+    kind = "NodeFence"
+
+    def __init__(
+        self,
+        kube: KubeIO,
+        executor: Executor,
+        *,
+        namespace: str,
+        policy: NodeFencePolicy,
+        cloud: CloudDefaults | None = None,
+        observer: Observer | None = None,
+        clock: Callable[[], float] = time.time,
+        dry_run: bool = False,
+    ) -> None:
+        self.kube = kube
+        self.executor = executor
+        self.namespace = namespace
+        self.policy = policy
+        self.cloud = cloud
+        self.observer: Observer = observer or NullObserver()
+        self.clock = clock
+        self.dry_run = dry_run
+        self._held: dict[str, InMemory] = {}
+        self._lock = threading.Lock()
+
+    def held(self, name: str) -> InMemory:
+        """The in-memory state of NodeFence ``name`` (created on first use)."""
+        with self._lock:
+            return self._held.setdefault(name, InMemory())
+
+    def forget(self, name: str) -> None:
+        """Drop the in-memory state of a deleted NodeFence."""
+        with self._lock:
+            self._held.pop(name, None)
+
+    def _config_error(self, obj: dict[str, Any], err: FenceConfigError) -> None:
+        status = NodeFenceStatus.from_dict(obj.get("status"))
+        message = str(err)[:1024]
+        cond = find_condition(status.conditions, "Processing")
+        if cond is not None and cond.reason == FENCE_CONFIG_INVALID and cond.message == message:
+            return
+        conds = set_condition(
+            status.conditions, "Processing", "False", FENCE_CONFIG_INVALID, message, self.clock(),
+            status.observed_generation,
+        )  # fmt: skip
+        new = replace(status, conditions=conds).to_dict()
+        try:
+            self.kube.replace_status(NODEFENCE, obj, new)
+        except Conflict:
+            return
+        self.kube.event(obj, "Warning", FENCE_CONFIG_INVALID, message)
+
+    def reconcile(
+        self, name: str, cancel: threading.Event | None = None, max_actions: int = 100
+    ) -> float | None:
+        """Reconcile NodeFence ``name`` until the machine waits (returns the delay, seconds) or
+        has nothing to do (None). Returns None at once when the object is gone or ``cancel``
+        is set. Errors talking to the API propagate (the caller requeues). Every log line
+        written meanwhile names the NodeFence and its node (:func:`logs.scope`)."""
+        with logs.scope(resource=f"NodeFence/{name}"):
+            return self._reconcile(name, cancel, max_actions)
+
+    def _reconcile(self, name: str, cancel: threading.Event | None, max_actions: int) -> float | None:
+        cancel = cancel or threading.Event()
+        held = self.held(name)
+        for _ in range(max_actions):
+            if cancel.is_set():
+                return None
+            obj = self.kube.get_custom(NODEFENCE, name)
+            if obj is None:
+                self.forget(name)
+                return None
+            meta = meta_of(obj)
+            node = str((obj.get("spec") or {}).get("node", ""))
+            logs.set_node(node)
+            try:
+                status = NodeFenceStatus.from_dict(obj.get("status"))
+            except ValueError as exc:
+                self.kube.event(obj, "Warning", "InvalidStatus", f"status unreadable: {exc}")
+                return ERROR_REQUEUE_SECONDS
+            if _resting(status, self.policy) and status.observed_generation == int(
+                meta.get("generation") or 0
+            ):
+                return None
+            try:
+                config = load_fence_config(self.kube, self.namespace, node, self.cloud)
+            except FenceConfigError as err:
+                self._config_error(obj, err)
+                return ERROR_REQUEUE_SECONDS
+            now = self.clock()
+            node_obj = self.kube.get_node(node)
+            ready, since = ready_condition(node_obj) if node_obj is not None else (False, None)
+            if not ready and since is None:
+                since = created_at(obj, now)
+            reading = held.reading
+            if reading is not None and now - reading.observed_at > READING_FRESH_SECONDS:
+                reading = None
+            obs = NodeFenceObservations(
+                node=node,
+                now=now,
+                node_ready=ready,
+                not_ready_since=None if ready else since,
+                taint_present=node_obj is not None
+                and has_taint(node_obj, OUT_OF_SERVICE_TAINT_KEY, OUT_OF_SERVICE_TAINT_EFFECT),
+                fence=reading,
+                result=held.result,
+                generation=int(meta.get("generation") or 0),
+                node_exists=node_obj is not None,
+                missing_node_confirmed=str(
+                    (meta.get("annotations") or {}).get(CONFIRM_MISSING_NODE_ANNOTATION, "")
+                )
+                .strip()
+                .lower()
+                == "true",
+            )
+            action = decide(name, status, obs, config, self.policy, self.namespace)
+            log.debug("NodeFence %s: %s (%s)", name, action.kind, action.reason)
+            if self.dry_run:
+                log.info("dry run: NodeFence %s would %s (%s)", name, action.kind, action.reason)
+                return None
+            if action.kind == "wait":
+                return action.seconds
+            if action.kind == "none":
+                return None
+            if action.kind == "write_status":
+                self._write(obj, status, action)  # on a 409 nothing was written: re-read, re-decide
+                continue
+            if action.kind in ("run_step", "verify_fence"):
+                if not self._run_fence(obj, node, action, held, cancel):
+                    return None if cancel.is_set() else ERROR_REQUEUE_SECONDS
+                continue
+            if action.kind in ("taint_out_of_service", "untaint_out_of_service"):
+                if not self._taint(obj, node, action, held, cancel):
+                    return ERROR_REQUEUE_SECONDS
+                continue
+            raise ValueError(f"NodeFence {name}: unexpected action {action.kind}")
+        return 1.0
+
+    # --- performing ----------------------------------------------------------------------------
+    def _write(self, obj: dict[str, Any], old: NodeFenceStatus, action: Action) -> bool:
+        assert action.status is not None
+        name = str(meta_of(obj).get("name"))
+        try:
+            self.kube.replace_status(NODEFENCE, obj, action.status)
+        except Conflict:
+            log.info("NodeFence %s: status conflict, re-reading", name)
+            return False
+        new = NodeFenceStatus.from_dict(action.status)
+        node = str((obj.get("spec") or {}).get("node", ""))
+        if old.start_time is None and new.start_time is not None:
+            self.observer.remediation_started(self.kind, name, node)
+        if new.status != old.status or new.current_run != old.current_run:
+            cond = find_condition(new.conditions, "Processing")
+            detail = f": {cond.message}" if cond is not None and cond.message else ""
+            type_ = "Warning" if new.status == "Error" else "Normal"
+            moved = f"{old.status} -> {new.status}" if new.status != old.status else new.status
+            run = f", run {new.current_run.ident}" if new.current_run is not None else ""
+            self.kube.event(obj, type_, action.reason, f"{moved}, step {new.step}{run}{detail}")
+        if is_terminal(new, self.policy) and not is_terminal(old, self.policy):
+            self.observer.remediation_finished(self.kind, name, node, new.status)
+        elif action.reason == "RestartLimitReached":
+            self.kube.event(
+                obj, "Warning", "RestartLimitReached", f"{new.restarts} restarts used; staying Error"
+            )
+        return True
+
+    def _run_fence(
+        self, obj: dict[str, Any], node: str, action: Action, held: InMemory, cancel: threading.Event
+    ) -> bool:
+        """Run a ``run_step``/``verify_fence`` action and keep its result and reading in ``held``.
+        False when the run was canceled (the runner is stopping, or the NodeFence went away): no
+        result is kept, and the caller stops instead of asking for the same run again."""
+        name = str(meta_of(obj).get("name"))
+        ident = action.ident or f"{name}-verify-{int(self.clock() * 1000)}"
+        playbook = action.playbook or ""
+        # verify_fence_action() carries no namespace; the playbook needs it to find the Secrets
+        extra = {} if action.extravars.get("namespace") else {"namespace": self.namespace}
+        outcome = self.executor.run(
+            action,
+            kind=self.kind,
+            name=name,
+            uid=str(meta_of(obj).get("uid", "")),
+            ident=ident,
+            extra_extravars=extra,
+            cancel=cancel,
+            # earlier tries of this NodeFence: a first fence runs before other fences' retries
+            priority=NodeFenceStatus.from_dict(obj.get("status")).restarts
+            + int(action.extravars.get("attempt") or 0),
+        )
+        self.observer.run_finished(self.kind, name, playbook, outcome.status, outcome.seconds)
+        if outcome.status == "canceled":
+            return False
+        now = self.clock()
+        methods = list(action.extravars.get("methods") or [])
+        reading, evidence = fence_reading(node, methods, outcome, now)
+        if reading is not None and reading.fenced and evidence is not None:
+            held.reading, held.evidence = reading, dict(evidence)
+            method = str(evidence.get("method", "")) or reading.kind
+            self.observer.fence_verified(method, node, outcome.seconds)
+        if action.kind == "verify_fence":
+            if reading is None or not reading.fenced:
+                held.reading = reading or FenceReading(node, False, "power_off", "verify", now)
+                held.evidence = None
+            self._run_event(obj, action, outcome, "FenceVerify")
+            return True
+        held.result = StepResult(
+            ident=ident,
+            ok=outcome.succeeded,
+            timed_out=outcome.timed_out,
+            message=outcome.summary(),
+            fence=reading,
+        )
+        self._run_event(obj, action, outcome, str(action.step))
+        release = outcome.release
+        if release is not None and release.added:
+            kind = reading.kind if reading is not None else "fence"
+            taint_event(
+                self.kube,
+                obj,
+                node,
+                "Normal",
+                "OutOfServiceTaintAdded",
+                f"out-of-service taint added to node {node} ({kind} verified in run {ident})",
+            )
+        elif release is not None and release.message:
+            taint_event(
+                self.kube, obj, node, "Warning", "OutOfServiceTaintRefused", f"node {node}: {release.message}"
+            )
+        return True
+
+    def _run_event(self, obj: Mapping[str, Any], action: Action, outcome: RunOutcome, what: str) -> None:
+        if outcome.succeeded:
+            self.kube.event(obj, "Normal", "FenceAgentSucceeded", f"{what}: {outcome.summary()}")
+        else:
+            reason = "FenceAgentTimedOut" if outcome.timed_out else "FenceAgentFailed"
+            self.kube.event(obj, "Warning", reason, f"{what}: {outcome.summary()}")
+
+    def _taint(
+        self, obj: dict[str, Any], node: str, action: Action, held: InMemory, cancel: threading.Event
+    ) -> bool:
+        name = str(meta_of(obj).get("name"))
+        extra: dict[str, Any] = {}
+        if action.kind == "taint_out_of_service":
+            evidence = held.evidence_for(action)
+            if evidence is None:
+                return False
+            extra["fence_evidence"] = evidence
+        verb = "add" if action.kind == "taint_out_of_service" else "remove"
+        outcome = self.executor.run(
+            action,
+            kind=self.kind,
+            name=name,
+            uid=str(meta_of(obj).get("uid", "")),
+            ident=f"{name}-taint-{verb}-{int(self.clock() * 1000)}",
+            extra_extravars=extra,
+            cancel=cancel,
+        )
+        if outcome.succeeded:
+            what = (
+                f"out-of-service taint added to node {node} ({action.fence.kind if action.fence else ''} verified)"
+                if verb == "add"
+                else f"out-of-service taint removed from node {node}"
+            )
+            reason = "OutOfServiceTaintAdded" if verb == "add" else "OutOfServiceTaintRemoved"
+            taint_event(self.kube, obj, node, "Normal", reason, what)
+            return True
+        if verb == "add":
+            held.reading, held.evidence = None, None  # read the fence again before another try
+        taint_event(
+            self.kube,
+            obj,
+            node,
+            "Warning",
+            "OutOfServiceTaintFailed",
+            f"{verb} taint on {node}: {outcome.summary()}",
+        )
+        return False
+
+
+def _resting(status: NodeFenceStatus, policy: NodeFencePolicy) -> bool:
+    """Terminal and fully written: Final, or Error at the restart limit with Succeeded=False
+    (RestartLimitReached) already recorded (the machine writes it as its last act)."""
+    if not is_terminal(status, policy):
+        return False
+    if status.status == "Final":
+        return True
+    cond = find_condition(status.conditions, "Succeeded")
+    return cond is not None and cond.reason == "RestartLimitReached"
+
+
+__all__ = ["FENCE_CONFIG_INVALID", "NodeFenceReconciler", "load_fence_config"]
