@@ -204,7 +204,7 @@ def test_nothing_listening_fails_as_unreachable_within_power_timeout(lab, bmc0, 
 
 
 @pytest.mark.timeout(120)
-def test_a_hung_bmc_fails_as_a_timeout_only_after_power_timeout(lab, play) -> None:
+def test_a_hung_bmc_fails_as_a_timeout_only_after_power_timeout(lab, run_playbook) -> None:
     """A BMC process that stops answering (SIGSTOP: its socket stays bound, so no ICMP refusal)
     is a timeout, not "nothing listening", and the module keeps trying for power_timeout."""
     node = "lab-node-2"
@@ -213,7 +213,9 @@ def test_a_hung_bmc_fails_as_a_timeout_only_after_power_timeout(lab, play) -> No
     os.kill(pid, signal.SIGSTOP)
     try:
         started = time.monotonic()
-        res = play([{"name": "hung", MODULE: args(bmc, "status", power_timeout=8), "ignore_errors": True}])
+        res = run_playbook(
+            [{"name": "hung", MODULE: args(bmc, "status", power_timeout=8), "ignore_errors": True}]
+        )
         elapsed = time.monotonic() - started
     finally:
         os.kill(pid, signal.SIGCONT)
