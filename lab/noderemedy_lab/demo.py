@@ -27,6 +27,8 @@ from pathlib import Path
 
 import yaml
 
+from noderemedy_runner.machines.actions import OUT_OF_SERVICE_TAINT_KEY as OUT_OF_SERVICE
+
 from .config import LabConfig
 from .lab import Lab
 from .procs import ComponentError, Supervisor, tail
@@ -34,7 +36,6 @@ from .procs import ComponentError, Supervisor, tail
 ROOT = Path(__file__).resolve().parents[2]
 NAMESPACE = "noderemedy"
 APP_NAMESPACE = "demo"
-OUT_OF_SERVICE = "node.kubernetes.io/out-of-service"
 
 
 def _say(line: str) -> None:

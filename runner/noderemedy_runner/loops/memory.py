@@ -13,6 +13,7 @@ from noderemedy_runner.kube.resources import (
     KubeIO,
 )
 from noderemedy_runner.machines.actions import (
+    FENCE_FRESH_SECONDS,
     Action,
     FenceReading,
 )
@@ -22,7 +23,7 @@ from noderemedy_runner.machines.nodefence import (
 )
 
 #: Seconds a fence reading held in memory may license a taint; older → verify_fence again.
-READING_FRESH_SECONDS = 60.0
+READING_FRESH_SECONDS = float(FENCE_FRESH_SECONDS)
 #: Seconds before retrying after an error the machine cannot see (bad config, API error, failed taint run).
 ERROR_REQUEUE_SECONDS = 10.0
 

@@ -58,6 +58,10 @@ STEPS: tuple[Step, ...] = ("Isolation", "PowerManagement", "Recovery")
 #: The out-of-service taint of KEP-2268 (GA in Kubernetes 1.28).
 OUT_OF_SERVICE_TAINT_KEY = "node.kubernetes.io/out-of-service"
 OUT_OF_SERVICE_TAINT_EFFECT = "NoExecute"
+#: Seconds a verified fence licenses a release: the runner uses a reading it holds only while it is
+#: this fresh (older: read the fence again), and passes the same window to ``node_taint`` as
+#: ``fence_max_age`` with every release, so both refuse the same stale evidence.
+FENCE_FRESH_SECONDS = 60
 
 FenceKind = Literal["power_off", "storage_isolated", "network_isolated"]
 FENCE_KINDS: tuple[FenceKind, ...] = ("power_off", "storage_isolated", "network_isolated")
@@ -233,9 +237,8 @@ def taint_out_of_service(node: str, fence: FenceReading) -> Action:
         playbook=PLAYBOOKS["taint_out_of_service"],
         extravars={
             "node": node,
-            "taint_key": OUT_OF_SERVICE_TAINT_KEY,
-            "taint_effect": OUT_OF_SERVICE_TAINT_EFFECT,
             "state": "present",
+            "fence_max_age": FENCE_FRESH_SECONDS,
             "fence_kind": fence.kind,
             "fence_source": fence.source,
         },
@@ -251,8 +254,6 @@ def untaint_out_of_service(node: str) -> Action:
         playbook=PLAYBOOKS["untaint_out_of_service"],
         extravars={
             "node": node,
-            "taint_key": OUT_OF_SERVICE_TAINT_KEY,
-            "taint_effect": OUT_OF_SERVICE_TAINT_EFFECT,
             "state": "absent",
         },
         reason="NodeRecovered",

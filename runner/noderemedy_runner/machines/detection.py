@@ -40,13 +40,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from noderemedy_runner.config.remedy import ConfigurationSet, RemedyConfiguration, Threshold
+from noderemedy_runner.machines.actions import OUT_OF_SERVICE_TAINT_KEY
 from noderemedy_runner.machines.conditions import parse_time
 from noderemedy_runner.machines.storm import StormState, evaluate
 
 EXCLUDE_LABEL = "remediation.noderemedy.io/exclude-from-remediation"
 MEDIK8S_EXCLUDE_LABEL = "remediation.medik8s.io/exclude-from-remediation"
 PAUSE_ANNOTATION = "remediation.noderemedy.io/pause"
-OUT_OF_SERVICE_TAINT_KEY = "node.kubernetes.io/out-of-service"
 
 #: Why an unhealthy node got no NodeFence (Event reasons on the Node, metric label).
 REFUSED_EXCLUDED = "Excluded"

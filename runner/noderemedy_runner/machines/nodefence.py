@@ -318,6 +318,7 @@ def run_step_action(
             "namespace": namespace,
             "methods": _methods_extravars(_segment(config, run)),
             "release_workloads": release,
+            "fence_max_age": act.FENCE_FRESH_SECONDS,
         },
         reason=f"Run{run.step}",
     )
