@@ -467,27 +467,29 @@ def main() -> int:
         if "noop_playbook_s" in e:
             e["noop_playbook_s"] = round(e["noop_playbook_s"], 4)
         e["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    kept: list[dict] = []
-    if set(cases) != set(CASES) and opts.out.exists():
-        # a partial run replaces only its own device groups' rows
-        old = json.loads(opts.out.read_text()).get("entries", [])
-        kept = [e for e in old if e["case"].split()[0] not in cases]
-    printed = entries
-    entries = kept + entries
-    doc = {
-        "benchmark": "fencing",
-        "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": {
-            "python": platform.python_version(),
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            # ansible-playbook is CPU-bound (about 1 s unloaded) while fence_ipmilan mostly sleeps:
-            # a busy host moves the playbook ratios far more than the library ones
-            "load_average_1m_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
-        },
-        "statistic": f"median of {opts.samples} wall-clock runs after one warm-up, ours and anchor interleaved",
-        "entries": entries,
+    machine = {
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        # ansible-playbook is CPU-bound (about 1 s unloaded) while fence_ipmilan mostly sleeps:
+        # a busy host moves the playbook ratios far more than the library ones
+        "load_average_1m_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
     }
+    statistic = f"median of {opts.samples} wall-clock runs after one warm-up, ours and anchor interleaved"
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    doc = {"benchmark": "fencing", "generated_at": now, "machine": machine, "statistic": statistic}
+    printed = entries
+    if set(cases) != set(CASES) and opts.out.exists():
+        # a partial run replaces only its own device groups' rows; the file keeps the full run's
+        # date and load, and lists the partial runs with theirs
+        old = json.loads(opts.out.read_text())
+        kept = [e for e in old.get("entries", []) if e["case"].split()[0] not in cases]
+        partial = [p for p in old.get("partial_runs", []) if not set(p["cases"]) <= set(cases)]
+        partial.append({"cases": cases, "generated_at": now, "machine": machine, "statistic": statistic})
+        doc = {k: old[k] for k in ("benchmark", "generated_at", "machine", "statistic") if k in old}
+        doc["partial_runs"] = partial
+        entries = kept + entries
+    doc["entries"] = entries
     opts.out.parent.mkdir(parents=True, exist_ok=True)
     opts.out.write_text(json.dumps(doc, indent=1) + "\n")
 

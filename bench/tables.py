@@ -71,6 +71,13 @@ def fencing(doc: Any, name: str) -> list[str]:
         f"Statistic: {_v(doc.get('statistic'))}.",
         "",
     ]
+    for part in doc.get("partial_runs") or []:
+        pm = part.get("machine") or {}
+        lines[-1:-1] = [
+            f"Rows of {', '.join(part.get('cases') or [])} measured `{_v(part.get('generated_at'))}`; "
+            f"1-min load average before/after: {_v(pm.get('load_average_1m_before_after'))}. "
+            f"Statistic: {_v(part.get('statistic'))}.",
+        ]
     rows = [
         [
             _v(e.get("case")),
