@@ -27,6 +27,14 @@ after a crash or a graceful stop resumes after the last segment that finished: t
 cycle is never repeated once its on has started. The progress lives in the custom resource's
 status, not in run artifacts, which an empty data dir (a new leader, a rescheduled pod) has lost.
 
+A step can have *fencing levels* (Pacemaker's fencing topology, :meth:`FenceConfig.levels`):
+ordered alternatives, each a list of methods that must all succeed and be read back. When the
+first segment of level *n* fails (nothing of that level was switched back on), level *n+1* starts
+at once, in the same attempt; when the last level fails, the attempt counts as failed and the
+retry starts again from level 1, as Pacemaker retries a topology. A later segment that fails (the
+``on`` of a level whose ``off`` held) is retried on its own level: going on to another level would
+cut a node that may be booting. Each level's outcome is kept in ``status.fenceLevels``.
+
 A NodeFence whose node does not exist touches no device: ``Processing=False``, reason
 ``NodeNotFound``, until the Node exists or an admin confirms the fencing of a machine that has no
 Node with the annotation :data:`CONFIRM_MISSING_NODE_ANNOTATION` (``"true"``). Without a Node
@@ -72,6 +80,8 @@ FENCE_VERIFIED = "FenceVerified"
 
 #: Longest executor message copied into a condition (metav1.Condition allows 32768).
 MAX_MESSAGE = 1024
+#: Most ``status.fenceLevels`` entries kept (the oldest are dropped).
+MAX_LEVEL_OUTCOMES = 64
 #: Annotation by which an admin confirms that a NodeFence may fence a machine whose Node object
 #: does not exist (value ``"true"``); without it such a NodeFence touches no device.
 CONFIRM_MISSING_NODE_ANNOTATION = "remediation.noderemedy.io/fence-without-node"
@@ -89,8 +99,9 @@ _STEP_SLUG: dict[str, str] = {
 class RunRef:
     """The step run the status has committed to: ansible-runner ``ident``, ``step``, ``attempt``
     (0-based, equals ``retries`` when started), ``not_before`` (seconds; retry back-off),
-    ``segment`` (0-based index into :func:`step_segments` of the step) and ``segments`` (how many
-    the step has; 1 for a step whose methods all act in one direction)."""
+    ``segment`` (0-based index into :func:`step_segments` of the level's methods), ``segments``
+    (how many the level has; 1 for methods that all act in one direction), ``level`` (1-based,
+    Pacemaker's numbering) and ``levels`` (how many the step has)."""
 
     ident: str
     step: Step
@@ -98,6 +109,8 @@ class RunRef:
     not_before: float
     segment: int = 0
     segments: int = 1
+    level: int = 1
+    levels: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         """JSON shape in ``status.currentRun``."""
@@ -108,18 +121,23 @@ class RunRef:
             "notBefore": format_time(self.not_before),
             "segment": self.segment,
             "segments": self.segments,
+            "level": self.level,
+            "levels": self.levels,
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunRef:
-        """Inverse of :meth:`to_dict` (a status without ``segment`` is at segment 0 of 1);
-        ValueError on a malformed object."""
+        """Inverse of :meth:`to_dict` (a status without ``segment`` is at segment 0 of 1, one
+        without ``level`` at level 1 of 1); ValueError on a malformed object."""
         step = data["step"]
         if step not in STEPS:
             raise ValueError(f"status.currentRun.step {step!r} not in {STEPS}")
         segment, segments = int(data.get("segment", 0)), int(data.get("segments", 1))
         if not 0 <= segment < max(1, segments):
             raise ValueError(f"status.currentRun.segment {segment} not in 0..{segments - 1}")
+        level, levels = int(data.get("level", 1)), int(data.get("levels", 1))
+        if not 1 <= level <= max(1, levels):
+            raise ValueError(f"status.currentRun.level {level} not in 1..{levels}")
         return cls(
             str(data["ident"]),
             step,
@@ -127,6 +145,60 @@ class RunRef:
             parse_time(str(data["notBefore"])),
             segment,
             segments,
+            level,
+            levels,
+        )
+
+
+LevelResult = Literal["Succeeded", "Failed"]
+
+
+@dataclass(frozen=True)
+class LevelOutcome:
+    """How one fencing level of a step ended (``status.fenceLevels[]``): ``step``, ``level``
+    (1-based), ``restarts`` and ``attempt`` (which pass and try of the step), ``methods`` (the
+    level's method names, space separated), ``result`` (``Succeeded``: every method succeeded and
+    was read back; ``Failed``), ``message`` (the failure, no secrets) and ``time`` (seconds)."""
+
+    step: Step
+    level: int
+    restarts: int
+    attempt: int
+    methods: str
+    result: LevelResult
+    message: str
+    time: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON shape in ``status.fenceLevels[]``."""
+        return {
+            "step": self.step,
+            "level": self.level,
+            "restarts": self.restarts,
+            "attempt": self.attempt,
+            "methods": self.methods,
+            "result": self.result,
+            "message": self.message,
+            "time": format_time(self.time),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LevelOutcome:
+        """Inverse of :meth:`to_dict`; ValueError naming the field on a malformed object."""
+        step, result = data.get("step"), data.get("result")
+        if step not in STEPS:
+            raise ValueError(f"status.fenceLevels[].step {step!r} not in {STEPS}")
+        if result not in ("Succeeded", "Failed"):
+            raise ValueError(f"status.fenceLevels[].result {result!r} not Succeeded or Failed")
+        return cls(
+            step,
+            int(data["level"]),
+            int(data.get("restarts", 0)),
+            int(data.get("attempt", 0)),
+            str(data.get("methods", "")),
+            result,
+            str(data.get("message", "")),
+            parse_time(str(data["time"])),
         )
 
 
@@ -135,7 +207,8 @@ class NodeFenceStatus:
     """``NodeFence.status``: ``status`` (phase), ``step``, ``retries`` (of the current step),
     ``restarts`` (of the whole flow), ``jobs`` (idents of finished runs, oldest first),
     ``current_run``, ``conditions``, ``observed_generation``, ``start_time`` and
-    ``last_transition_time`` (seconds; when fencing started / when ``status`` last changed)."""
+    ``last_transition_time`` (seconds; when fencing started / when ``status`` last changed),
+    ``fence_levels`` (how each fencing level ended, oldest first; steps with several levels)."""
 
     status: Phase = "New"
     step: Step = "Isolation"
@@ -147,6 +220,7 @@ class NodeFenceStatus:
     observed_generation: int = 0
     start_time: float | None = None
     last_transition_time: float | None = None
+    fence_levels: tuple[LevelOutcome, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The status subresource's JSON (camelCase, RFC 3339 times; optional fields omitted)."""
@@ -165,6 +239,8 @@ class NodeFenceStatus:
             out["startTime"] = format_time(self.start_time)
         if self.last_transition_time is not None:
             out["lastTransitionTime"] = format_time(self.last_transition_time)
+        if self.fence_levels:
+            out["fenceLevels"] = [lv.to_dict() for lv in self.fence_levels]
         return out
 
     @classmethod
@@ -192,6 +268,7 @@ class NodeFenceStatus:
             last_transition_time=parse_time(data["lastTransitionTime"])
             if data.get("lastTransitionTime")
             else None,
+            fence_levels=tuple(LevelOutcome.from_dict(lv) for lv in data.get("fenceLevels", ())),
         )
 
 
@@ -249,16 +326,17 @@ class NodeFenceObservations:
     missing_node_confirmed: bool = False
 
 
-def run_ident(name: str, restarts: int, step: Step, attempt: int, segment: int = 0) -> str:
+def run_ident(name: str, restarts: int, step: Step, attempt: int, segment: int = 0, level: int = 1) -> str:
     """Deterministic ansible-runner ident: ``<name>-r<restarts>-<step>-a<attempt>``, with
-    ``-s<segment>`` appended for segments after the first.
+    ``-l<level>`` appended for fencing levels after the first and ``-s<segment>`` for segments
+    after the first.
 
     Names longer than 200 characters are shortened to 191 characters plus 8 hex digits of their
     SHA-256, so the ident fits ``status.currentRun.ident`` (at most 253 characters).
     """
     if len(name) > 200:
         name = f"{name[:191]}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
-    tail = f"-s{segment}" if segment else ""
+    tail = (f"-l{level}" if level > 1 else "") + (f"-s{segment}" if segment else "")
     return f"{name}-r{restarts}-{_STEP_SLUG[step]}-a{attempt}{tail}"
 
 
@@ -283,7 +361,7 @@ def step_segments(methods: tuple[FenceMethod, ...]) -> tuple[tuple[FenceMethod, 
 
 
 def _segment(config: FenceConfig, run: RunRef) -> tuple[FenceMethod, ...]:
-    segs = step_segments(config.methods(run.step))
+    segs = step_segments(config.methods(run.step, run.level))
     return segs[run.segment] if run.segment < len(segs) else ()
 
 
@@ -313,6 +391,7 @@ def run_step_action(
             "step": run.step,
             "attempt": run.attempt,
             "segment": run.segment,
+            "level": run.level,
             "fence_config": config.configmap,
             "namespace": namespace,
             "methods": _methods_extravars(_segment(config, run)),
@@ -322,11 +401,27 @@ def run_step_action(
     )
 
 
-def verify_fence_action(name: str, config: FenceConfig) -> Action:
+_FENCE_STEPS: tuple[Step, ...] = ("Isolation", "PowerManagement")
+
+
+def fenced_level(status: NodeFenceStatus, step: Step) -> int:
+    """The fencing level of ``step`` that last succeeded in the current pass (``restarts``) of
+    the flow, per ``status.fenceLevels``; 1 when none is recorded (a step with one level)."""
+    for lv in reversed(status.fence_levels):
+        if lv.step == step and lv.restarts == status.restarts and lv.result == "Succeeded":
+            return lv.level
+    return 1
+
+
+def verify_fence_action(name: str, config: FenceConfig, status: NodeFenceStatus | None = None) -> Action:
     """``verify_fence``: read back (no change) the state of every ``off`` method of Isolation and
-    PowerManagement (``fence_verify.yml``); the executor reduces it with
+    PowerManagement (``fence_verify.yml``) -- of the level that fenced (:func:`fenced_level`, from
+    ``status``; level 1 without one); the executor reduces it with
     :func:`noderemedy_runner.actions.reading_from_methods`."""
-    methods = tuple(m for m in config.isolation + config.power_management if m.action == "off")
+    s = status or NodeFenceStatus()
+    methods = tuple(
+        m for step in _FENCE_STEPS for m in config.methods(step, fenced_level(s, step)) if m.action == "off"
+    )
     return Action(
         kind="verify_fence",
         playbook=act.PLAYBOOKS["verify_fence"],
@@ -362,13 +457,24 @@ def _start_run(
     not_before: float,
     config: FenceConfig,
     segment: int = 0,
+    level: int = 1,
 ) -> NodeFenceStatus:
-    segs = step_segments(config.methods(step))
+    segs = step_segments(config.methods(step, level))
+    levels = len(config.levels(step))
     run = RunRef(
-        run_ident(name, s.restarts, step, s.retries, segment), step, s.retries, not_before, segment, len(segs)
+        run_ident(name, s.restarts, step, s.retries, segment, level),
+        step,
+        s.retries,
+        not_before,
+        segment,
+        len(segs),
+        level,
+        max(1, levels),
     )
     s = replace(s, step=step, current_run=run, start_time=s.start_time if s.start_time is not None else now)
     what = f"running {step} attempt {s.retries}"
+    if levels > 1:
+        what += f", level {level} of {levels}"
     if len(segs) > 1:
         names = " ".join(m.name for m in segs[segment])
         what += f", methods {names} (segment {segment + 1} of {len(segs)})"
@@ -399,13 +505,24 @@ def _apply_result(
     run = s.current_run
     if run is None:
         raise ValueError("a step result without a committed run")
+    levels = len(config.levels(run.step))
+    level_methods = " ".join(m.name for m in config.methods(run.step, run.level))
+
+    def outcome(s: NodeFenceStatus, result: LevelResult, message: str) -> NodeFenceStatus:
+        if levels <= 1:
+            return s
+        lv = LevelOutcome(run.step, run.level, s.restarts, run.attempt, level_methods, result, message, now)
+        return replace(s, fence_levels=(*s.fence_levels, lv)[-MAX_LEVEL_OUTCOMES:])
+
     if r.ok:
-        segs = len(step_segments(config.methods(run.step)))
+        segs = len(step_segments(config.methods(run.step, run.level)))
         done = (
             f"{run.step} succeeded"
             if segs <= 1
             else f"{run.step} segment {run.segment + 1} of {segs} succeeded"
         )
+        if levels > 1:
+            done += f" (level {run.level} of {levels}: {level_methods})"
         s = replace(s, jobs=(*s.jobs, run.ident))
         s = _cond(s, FENCE_AGENT_ACTION_SUCCEEDED, "True", "FenceAgentSucceeded", done, now)
         if r.fence is not None and r.fence.verifies(node):
@@ -418,7 +535,8 @@ def _apply_result(
                 now,
             )
         if run.segment + 1 < segs:  # the next segment of the same attempt, committed before it runs
-            return _start_run(name, s, run.step, now, now, config, run.segment + 1)
+            return _start_run(name, s, run.step, now, now, config, run.segment + 1, run.level)
+        s = outcome(s, "Succeeded", "")
         s = replace(s, retries=0, current_run=None)
         s = _cond(s, PROCESSING, "True", "StepSucceeded", _AFTER_STEP[run.step], now)
         if run.step == "Isolation":
@@ -428,17 +546,26 @@ def _apply_result(
         return s  # Recovery: stays Done with step Recovery and no run → untaint, Final
     reason = "FenceAgentTimedOut" if r.timed_out else "FenceAgentFailed"
     s = replace(s, jobs=(*s.jobs, run.ident))
+    where = f" level {run.level}" if levels > 1 else ""
     s = _cond(
         s,
         FENCE_AGENT_ACTION_SUCCEEDED,
         "False",
         reason,
-        f"{run.step} attempt {run.attempt}: {r.message[:MAX_MESSAGE]}",
+        f"{run.step}{where} attempt {run.attempt}: {r.message[:MAX_MESSAGE]}",
         now,
     )
+    if run.segment == 0:  # nothing of this level was switched back on: the level is abandoned
+        s = outcome(s, "Failed", r.message[:MAX_MESSAGE])
+        if run.level < levels:  # Pacemaker topology: the next level, at once, same attempt
+            return _start_run(name, s, run.step, now, now, config, 0, run.level + 1)
     if s.retries < p.step_retries:
         s = replace(s, retries=s.retries + 1)
-        return _start_run(name, s, run.step, now, now + p.retry_delay_seconds, config, run.segment)
+        if run.segment == 0:  # the whole topology again, from level 1
+            return _start_run(name, s, run.step, now, now + p.retry_delay_seconds, config, 0, 1)
+        return _start_run(name, s, run.step, now, now + p.retry_delay_seconds, config, run.segment, run.level)
+    if run.segment > 0:
+        s = outcome(s, "Failed", r.message[:MAX_MESSAGE])
     s = replace(s, current_run=None)
     s = _cond(
         s,
@@ -515,7 +642,7 @@ def decide(
             return act.taint_out_of_service(node, obs.fence)
         if is_true(s.conditions, FENCE_VERIFIED):
             if obs.fence is None:
-                return verify_fence_action(name, config)
+                return verify_fence_action(name, config, s)
             new = _cond(
                 s, FENCE_VERIFIED, "False", "FenceNotHeld", f"read back: {obs.fence.kind} not holding", now
             )
@@ -594,6 +721,12 @@ def decide(
     return act.nothing("Final")
 
 
+def new_level_outcomes(old: NodeFenceStatus, new: NodeFenceStatus) -> tuple[LevelOutcome, ...]:
+    """The ``status.fenceLevels`` entries in ``new`` that ``old`` does not have (for Events)."""
+    seen = set(old.fence_levels)
+    return tuple(lv for lv in new.fence_levels if lv not in seen)
+
+
 def is_terminal(status: NodeFenceStatus, policy: NodeFencePolicy) -> bool:
     """Whether ``status`` is a resting state: Final, or Error with the restart limit used."""
     return status.status == "Final" or (status.status == "Error" and status.restarts >= policy.max_restarts)
@@ -602,6 +735,7 @@ def is_terminal(status: NodeFenceStatus, policy: NodeFencePolicy) -> bool:
 __all__ = [
     "CONFIRM_MISSING_NODE_ANNOTATION",
     "PHASES",
+    "LevelOutcome",
     "NodeFenceObservations",
     "NodeFencePolicy",
     "NodeFenceStatus",
@@ -609,7 +743,9 @@ __all__ = [
     "RunRef",
     "StepResult",
     "decide",
+    "fenced_level",
     "is_terminal",
+    "new_level_outcomes",
     "run_ident",
     "run_step_action",
     "step_segments",

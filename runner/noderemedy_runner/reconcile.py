@@ -67,6 +67,7 @@ from noderemedy_runner.nodefence import (
     StepResult,
     decide,
     is_terminal,
+    new_level_outcomes,
 )
 from noderemedy_runner.observe import NullObserver, Observer
 
@@ -307,6 +308,15 @@ class NodeFenceReconciler:
             moved = f"{old.status} -> {new.status}" if new.status != old.status else new.status
             run = f", run {new.current_run.ident}" if new.current_run is not None else ""
             self.kube.event(obj, type_, action.reason, f"{moved}, step {new.step}{run}{detail}")
+        for lv in new_level_outcomes(old, new):
+            ok = lv.result == "Succeeded"
+            self.kube.event(
+                obj,
+                "Normal" if ok else "Warning",
+                "FenceLevelSucceeded" if ok else "FenceLevelFailed",
+                f"{lv.step} level {lv.level} ({lv.methods}) {lv.result.lower()}"
+                + ("" if ok else f": {lv.message}"),
+            )
         if is_terminal(new, self.policy) and not is_terminal(old, self.policy):
             self.observer.remediation_finished(self.kind, name, node, new.status)
         elif action.reason == "RestartLimitReached":
