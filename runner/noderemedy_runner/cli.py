@@ -159,6 +159,14 @@ def build_parser() -> argparse.ArgumentParser:
         "those annotated remediation.noderemedy.io/runner=true; the annotation wins; docs/metal3.md)",
     )
     act.add_argument(
+        "--device-check-interval",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="seconds between read-only status checks of every fence device (Pacemaker's monitor; "
+        "0: off); fence ConfigMaps are validated every few seconds regardless (docs/operations.md)",
+    )
+    act.add_argument(
         "--dry-run",
         action="store_true",
         help="decide and report (logs, metrics) but act on nothing: no NodeFence, status, Lease, "
@@ -365,6 +373,7 @@ def main(argv: list[str] | None = None) -> int:
                 kubeconfig=args.kubeconfig,
                 metal3_selector=args.metal3_selector,
                 playbook_dir=args.playbook_dir,
+                device_check_interval=args.device_check_interval,
             )
             metrics.count_runs_in_flight(lambda: watcher.executor.in_flight)
             w = threading.Thread(target=watcher.run, args=(work_stop,), name="watcher", daemon=True)

@@ -27,7 +27,9 @@ from types import FrameType
 
 from kubernetes import client, config
 
+from noderemedy_runner.devicecheck import DeviceChecker
 from noderemedy_runner.executor import RUN_NICE, Executor, link_collection
+from noderemedy_runner.health import HealthObserver
 from noderemedy_runner.kubeio import METAL3REMEDIATION, NODEFENCE, KubeIO
 from noderemedy_runner.logs import bind
 from noderemedy_runner.logs import setup as setup_logs
@@ -111,6 +113,7 @@ class Watcher:
         max_requeue: float = 2.0,
         idle_requeue: float = 30.0,
         extra_env: dict[str, str] | None = None,
+        device_check_interval: float = 0.0,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -149,6 +152,18 @@ class Watcher:
         self.max_requeue = max_requeue
         self.idle_requeue = idle_requeue
         self._workers: dict[Key, _Worker] = {}
+        self.device_checker = (
+            DeviceChecker(
+                api_client,
+                self.kube,
+                self.executor,
+                namespace=namespace,
+                interval=device_check_interval,
+                observer=self.observer if isinstance(self.observer, HealthObserver) else None,
+            )
+            if device_check_interval > 0 and not dry_run
+            else None
+        )
 
     def list_keys(self) -> dict[Key, str]:
         """Every custom resource to reconcile → its resourceVersion."""
@@ -251,6 +266,10 @@ class Watcher:
         at once when a watch reports a NodeFence or Metal3Remediation change. Then cancel in-flight
         runs and wait for the workers (at most 30 s)."""
         wake = threading.Event()
+        if self.device_checker is not None:  # Pacemaker-style monitor of every fence device
+            threading.Thread(
+                target=self.device_checker.run, args=(stop,), name="device-check", daemon=True
+            ).start()
         for crd in (NODEFENCE, METAL3REMEDIATION):
             threading.Thread(
                 target=self._watch, args=(crd, stop, wake), name=f"watch-{crd[2]}", daemon=True
@@ -290,6 +309,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--poll-interval", type=float, default=0.5)
     p.add_argument("--dry-run", action="store_true")
     p.add_argument(
+        "--device-check-interval",
+        type=float,
+        default=300.0,
+        help="seconds between read-only checks of every fence device (0: off)",
+    )
+    p.add_argument(
         "--env", action="append", default=[], metavar="K=V", help="extra (non-secret) env for runs"
     )
     p.add_argument("--log-level", default="info", help="debug, info, warning or error (JSON lines)")
@@ -323,6 +348,7 @@ def main(argv: list[str] | None = None) -> int:
         kubeconfig=args.kubeconfig,
         poll_interval=args.poll_interval,
         extra_env=extra_env,
+        device_check_interval=args.device_check_interval,
     )
     stop = threading.Event()
 

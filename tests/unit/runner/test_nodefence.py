@@ -700,8 +700,8 @@ def test_a_dead_bmc_is_fenced_through_the_next_level_and_resumes_after_crashes(
         assert_no_off_after_on(out.world.power_log)
         if out.world.releases:
             assert out.world.ever_fenced
-        segments = 1 + 2 * 2 + 1  # isolation, two levels of two segments, recovery
-        assert len(out.world.runs) <= (policy.max_restarts + 1) * (segments + 5 * policy.step_retries)
+    segments = 1 + 2 * 2 + 1  # isolation, two levels of two segments, recovery
+    assert len(clean.world.runs) <= (policy.max_restarts + 1) * (segments + 5 * policy.step_retries)
     assert projection(crashed.status) == projection(clean.status)
     assert crashed.world.taint <= clean.world.taint
     pm = [lv for lv in clean.status.fence_levels if lv.step == "PowerManagement"]
