@@ -159,6 +159,13 @@ def build_parser() -> argparse.ArgumentParser:
         "those annotated remediation.noderemedy.io/runner=true; the annotation wins; docs/metal3.md)",
     )
     act.add_argument(
+        "--max-power-fencing",
+        type=int,
+        default=1,
+        metavar="N",
+        help="nodes in their PowerManagement step at once (the seed's 'at most N nodes'; default 1)",
+    )
+    act.add_argument(
         "--device-check-interval",
         type=float,
         default=300.0,
@@ -369,7 +376,9 @@ def main(argv: list[str] | None = None) -> int:
                 dry_run=args.dry_run,
                 observer=metrics,
                 namespace=args.namespace,
-                policy=NodeFencePolicy(grace_seconds=args.grace_seconds),
+                policy=NodeFencePolicy(
+                    grace_seconds=args.grace_seconds, max_power_fencing=args.max_power_fencing
+                ),
                 kubeconfig=args.kubeconfig,
                 metal3_selector=args.metal3_selector,
                 playbook_dir=args.playbook_dir,

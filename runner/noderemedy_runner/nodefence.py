@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from noderemedy_runner import actions as act
@@ -69,6 +69,7 @@ from noderemedy_runner.conditions import (
     set_condition,
 )
 from noderemedy_runner.fencecfg import FenceConfig, FenceMethod
+from noderemedy_runner.guards import HOLD_RECHECK_SECONDS, Hold
 
 Phase = Literal["New", "Running", "Done", "Final", "Error"]
 PHASES: tuple[Phase, ...] = ("New", "Running", "Done", "Final", "Error")
@@ -275,7 +276,9 @@ class NodeFenceStatus:
 @dataclass(frozen=True)
 class NodeFencePolicy:
     """Tunables (all durations in seconds). ``step_retries``: extra attempts per step;
-    ``max_restarts``: Error → New restarts of the whole flow. Raises ValueError when negative."""
+    ``max_restarts``: Error → New restarts of the whole flow; ``max_power_fencing``: nodes in
+    their PowerManagement step at once (:mod:`noderemedy_runner.guards`). Raises ValueError when
+    negative (``max_power_fencing``: below 1)."""
 
     grace_seconds: float = 60.0
     step_retries: int = 2
@@ -283,11 +286,14 @@ class NodeFencePolicy:
     recovery_timeout_seconds: float = 600.0
     max_restarts: int = 1
     restart_delay_seconds: float = 30.0
+    max_power_fencing: int = 1
 
     def __post_init__(self) -> None:
         for name in self.__dataclass_fields__:
             if getattr(self, name) < 0:
                 raise ValueError(f"NodeFencePolicy.{name} = {getattr(self, name)} must be >= 0")
+        if self.max_power_fencing < 1:
+            raise ValueError(f"NodeFencePolicy.max_power_fencing = {self.max_power_fencing} must be >= 1")
 
 
 @dataclass(frozen=True)
@@ -312,7 +318,10 @@ class NodeFenceObservations:
     ``result``: the executor's result for ``status.current_run`` when known (lost on a crash).
     ``generation``: the NodeFence's ``metadata.generation``. ``node_exists``: the Node object
     exists; ``missing_node_confirmed``: an admin confirmed fencing without one
-    (:data:`CONFIRM_MISSING_NODE_ANNOTATION`)."""
+    (:data:`CONFIRM_MISSING_NODE_ANNOTATION`). ``start_holds``: per step, why it may not start
+    now (:func:`noderemedy_runner.guards.start_hold`: maintenance, another remediator's Lease,
+    etcd quorum, one control-plane node at a time, the power fencing limit); a step already
+    committed is not held."""
 
     node: str
     now: float
@@ -324,6 +333,7 @@ class NodeFenceObservations:
     generation: int = 0
     node_exists: bool = True
     missing_node_confirmed: bool = False
+    start_holds: Mapping[str, Hold] = field(default_factory=dict)
 
 
 def run_ident(name: str, restarts: int, step: Step, attempt: int, segment: int = 0, level: int = 1) -> str:
@@ -493,6 +503,24 @@ def _write(new: NodeFenceStatus, reason: str) -> Action:
     return act.write_status(new.to_dict(), reason)
 
 
+#: Processing reasons of a NodeFence held by a guard (:mod:`noderemedy_runner.guards`).
+HOLD_REASONS = (
+    "NodeUnderMaintenance",
+    "LeaseHeld",
+    "EtcdQuorumGuard",
+    "ControlPlaneRemediationInProgress",
+    "PowerFencingLimit",
+)
+
+
+def _held(s: NodeFenceStatus, hold: Hold, now: float) -> Action:
+    """Hold before starting a step: say why in ``Processing`` (once), then look again."""
+    cond = find_condition(s.conditions, PROCESSING)
+    if cond is None or cond.status != "False" or (cond.reason, cond.message) != (hold.reason, hold.message):
+        return _write(_cond(s, PROCESSING, "False", hold.reason, hold.message, now), hold.reason)
+    return act.wait(HOLD_RECHECK_SECONDS, hold.reason)
+
+
 def _apply_result(
     name: str,
     s: NodeFenceStatus,
@@ -660,6 +688,9 @@ def decide(
         if remaining > 0:
             return act.wait(remaining, "GracePeriod")
         if config.isolation:
+            hold = obs.start_holds.get("Isolation")
+            if hold is not None:
+                return _held(s, hold, now)
             return _write(_start_run(name, s, "Isolation", now, now, config), "StartIsolation")
         new = _cond(
             replace(s, start_time=now), PROCESSING, "True", "NoIsolationMethods", "no isolation methods", now
@@ -670,6 +701,9 @@ def decide(
         if obs.node_ready:
             return _write(_phase(s, "Done", now), "NodeReady")
         if config.power_management:
+            hold = obs.start_holds.get("PowerManagement")
+            if hold is not None:
+                return _held(s, hold, now)
             return _write(_start_run(name, s, "PowerManagement", now, now, config), "StartPowerManagement")
         new = replace(s, step="PowerManagement")
         return _write(_phase(new, "Done", now), "NoPowerManagementMethods")
@@ -734,6 +768,7 @@ def is_terminal(status: NodeFenceStatus, policy: NodeFencePolicy) -> bool:
 
 __all__ = [
     "CONFIRM_MISSING_NODE_ANNOTATION",
+    "HOLD_REASONS",
     "PHASES",
     "LevelOutcome",
     "NodeFenceObservations",

@@ -49,6 +49,7 @@ from noderemedy_runner.fencecfg import (
     parse_fence_config,
     required_templates,
 )
+from noderemedy_runner.interop import start_holds
 from noderemedy_runner.kubeio import (
     BAREMETALHOST,
     MACHINE,
@@ -61,6 +62,7 @@ from noderemedy_runner.kubeio import (
 )
 from noderemedy_runner.nodefence import (
     CONFIRM_MISSING_NODE_ANNOTATION,
+    HOLD_REASONS,
     NodeFenceObservations,
     NodeFencePolicy,
     NodeFenceStatus,
@@ -266,6 +268,13 @@ class NodeFenceReconciler:
                 == "true",
             )
             action = decide(name, status, obs, config, self.policy, self.namespace)
+            if action.reason in ("StartIsolation", "StartPowerManagement"):  # guards: docs/concepts.md
+                holds = start_holds(
+                    self.kube.api, obj, node, now, self.policy.max_restarts, self.policy.max_power_fencing
+                )
+                if holds:
+                    obs = replace(obs, start_holds=holds)
+                    action = decide(name, status, obs, config, self.policy, self.namespace)
             log.debug("NodeFence %s: %s (%s)", name, action.kind, action.reason)
             if self.dry_run:
                 log.info("dry run: NodeFence %s would %s (%s)", name, action.kind, action.reason)
@@ -308,6 +317,9 @@ class NodeFenceReconciler:
             moved = f"{old.status} -> {new.status}" if new.status != old.status else new.status
             run = f", run {new.current_run.ident}" if new.current_run is not None else ""
             self.kube.event(obj, type_, action.reason, f"{moved}, step {new.step}{run}{detail}")
+        if action.reason in HOLD_REASONS:  # a guard holds the start of a step: say why
+            cond = find_condition(new.conditions, "Processing")
+            self.kube.event(obj, "Normal", action.reason, cond.message if cond is not None else action.reason)
         for lv in new_level_outcomes(old, new):
             ok = lv.result == "Succeeded"
             self.kube.event(

@@ -306,6 +306,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--recovery-timeout", type=float, default=600.0)
     p.add_argument("--max-restarts", type=int, default=1)
     p.add_argument("--restart-delay", type=float, default=30.0)
+    p.add_argument(
+        "--max-power-fencing", type=int, default=1, help="nodes in their PowerManagement step at once"
+    )
     p.add_argument("--poll-interval", type=float, default=0.5)
     p.add_argument("--dry-run", action="store_true")
     p.add_argument(
@@ -335,6 +338,7 @@ def main(argv: list[str] | None = None) -> int:
         recovery_timeout_seconds=args.recovery_timeout,
         max_restarts=args.max_restarts,
         restart_delay_seconds=args.restart_delay,
+        max_power_fencing=args.max_power_fencing,
     )
     extra_env = dict(item.split("=", 1) for item in args.env)
     watcher = Watcher(

@@ -16,6 +16,7 @@ from nodefence_world import NAME, NODE, T0, World, fence_config, run
 from noderemedy_runner.actions import FenceReading
 from noderemedy_runner.conditions import Condition, find_condition
 from noderemedy_runner.fencecfg import FenceConfig
+from noderemedy_runner.guards import Hold
 from noderemedy_runner.nodefence import (
     PHASES,
     LevelOutcome,
@@ -722,3 +723,19 @@ def test_fence_levels_round_trip_and_old_runs_read_as_level_1() -> None:
     with pytest.raises(ValueError, match="fenceLevels\\[\\].result 'Maybe'"):
         NodeFenceStatus.from_dict({"fenceLevels": [{**lv.to_dict(), "result": "Maybe"}]})
     assert run_ident("nf", 0, "PowerManagement", 1, 1, 2) == "nf-r0-power-management-a1-l2-s1"
+
+
+def test_exhaustive_sweep_with_every_start_held() -> None:
+    """With both fencing steps held (maintenance, quorum, limits), no Isolation or PowerManagement
+    run is ever committed or newly started, and a release still needs a verified fence."""
+    hold = Hold("EtcdQuorumGuard", "held")
+    for s, obs in _sweep():
+        held_obs = replace(obs, start_holds={"Isolation": hold, "PowerManagement": hold})
+        action = decide(NAME, s, held_obs, CONFIG, POLICY)
+        if action.kind == "write_status" and s.current_run is None:
+            new = written(action)
+            assert new.current_run is None or new.current_run.step == "Recovery", (s, action)
+        if action.kind == "run_step":
+            assert s.current_run is not None and action.ident == s.current_run.ident
+        if action.releases_workloads:
+            assert obs.fence is not None and obs.fence.verifies(NODE)
