@@ -53,6 +53,7 @@ plus ``FenceVerified`` (the last step's read-back showed a fence holding).
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -86,6 +87,14 @@ MAX_LEVEL_OUTCOMES = 64
 #: Annotation by which an admin confirms that a NodeFence may fence a machine whose Node object
 #: does not exist (value ``"true"``); without it such a NodeFence touches no device.
 CONFIRM_MISSING_NODE_ANNOTATION = "remediation.noderemedy.io/fence-without-node"
+#: Annotation by which an admin stops a NodeFence (value ``"true"``): it stops at the next safe
+#: point (between two runs; a run in flight finishes), lists every fence it applied, and does
+#: nothing more until the annotation is removed (it then starts over from New) or its node is
+#: Ready again (it ends Final). Its Error is not terminal for the detector, so no new NodeFence
+#: replaces it meanwhile.
+STOP_ANNOTATION = "remediation.noderemedy.io/stop"
+#: ``Succeeded``/``Processing`` reason of a stopped NodeFence.
+STOPPED = "StoppedByAdmin"
 #: Seconds between looks at a NodeFence whose node does not exist.
 NODE_NOT_FOUND_RECHECK_SECONDS = 10.0
 
@@ -321,7 +330,8 @@ class NodeFenceObservations:
     (:data:`CONFIRM_MISSING_NODE_ANNOTATION`). ``start_holds``: per step, why it may not start
     now (:func:`noderemedy_runner.guards.start_hold`: maintenance, another remediator's Lease,
     etcd quorum, one control-plane node at a time, the power fencing limit); a step already
-    committed is not held."""
+    committed is not held. ``stop_requested``: an admin asked the NodeFence to stop
+    (:data:`STOP_ANNOTATION`)."""
 
     node: str
     now: float
@@ -334,6 +344,7 @@ class NodeFenceObservations:
     node_exists: bool = True
     missing_node_confirmed: bool = False
     start_holds: Mapping[str, Hold] = field(default_factory=dict)
+    stop_requested: bool = False
 
 
 def run_ident(name: str, restarts: int, step: Step, attempt: int, segment: int = 0, level: int = 1) -> str:
@@ -633,6 +644,34 @@ def decide(
     if s.observed_generation != obs.generation:
         return _write(replace(s, observed_generation=obs.generation), "ObservedGeneration")
 
+    # Stopped by an admin: nothing more, until the stop is cleared or the node is Ready again.
+    if is_stopped(s):
+        if not obs.stop_requested:
+            new = replace(s, retries=0, step="Isolation", current_run=None)
+            new = _cond(new, SUCCEEDED, "Unknown", "StopCleared", "the stop annotation was removed", now)
+            new = _cond(
+                new, PROCESSING, "True", "StopCleared", "the admin cleared the stop: starting over", now
+            )
+            return _write(_phase(new, "New", now), "StopCleared")
+        if obs.node_ready:
+            new = _cond(s, SUCCEEDED, "False", STOPPED, "stopped by an admin; the node is Ready again", now)
+            return _write(_phase(new, "Final", now), "NodeHealthy")
+        return act.nothing(STOPPED)
+    if obs.stop_requested and not (
+        s.status == "Final" or (s.status == "Error" and s.restarts >= policy.max_restarts)
+    ):
+        applied = applied_fences(s, config)
+        listed = ", ".join(applied) if applied else "none"
+        message = (
+            f"stopped by an admin ({STOP_ANNOTATION}); fences it applied, to undo by hand or with the "
+            f"recovery methods: {listed}"
+            + ("; the out-of-service taint is on the node" if obs.taint_present else "")
+        )
+        new = replace(s, current_run=None)
+        new = _cond(new, PROCESSING, "False", STOPPED, message[:MAX_MESSAGE], now)
+        new = _cond(new, SUCCEEDED, "False", STOPPED, message[:MAX_MESSAGE], now)
+        return _write(_phase(new, "Error", now), STOPPED)
+
     # 0. No Node: no device is touched without an admin's confirmation.
     resting = s.status == "Final" or (s.status == "Error" and s.restarts >= policy.max_restarts)
     processing = find_condition(s.conditions, PROCESSING)
@@ -762,12 +801,53 @@ def new_level_outcomes(old: NodeFenceStatus, new: NodeFenceStatus) -> tuple[Leve
 
 
 def is_terminal(status: NodeFenceStatus, policy: NodeFencePolicy) -> bool:
-    """Whether ``status`` is a resting state: Final, or Error with the restart limit used."""
-    return status.status == "Final" or (status.status == "Error" and status.restarts >= policy.max_restarts)
+    """Whether ``status`` is a resting state: Final, Error with the restart limit used, or stopped
+    by an admin (:func:`is_stopped`)."""
+    return (
+        status.status == "Final"
+        or (status.status == "Error" and status.restarts >= policy.max_restarts)
+        or is_stopped(status)
+    )
+
+
+def is_stopped(status: NodeFenceStatus) -> bool:
+    """Whether an admin stopped this NodeFence (Error with ``Succeeded=False``, ``StoppedByAdmin``)."""
+    cond = find_condition(status.conditions, SUCCEEDED)
+    return status.status == "Error" and cond is not None and cond.status == "False" and cond.reason == STOPPED
+
+
+_JOB_RE = re.compile(r"-r(\d+)-(isolation|power-management)-a\d+(?:-l(\d+))?(?:-s(\d+))?$")
+_SLUG_STEP: dict[str, Step] = {"isolation": "Isolation", "power-management": "PowerManagement"}
+
+
+def applied_fences(status: NodeFenceStatus, config: FenceConfig) -> list[str]:
+    """Every ``off`` method a run of this pass (``restarts``) of the flow ran or may have run --
+    finished runs in ``jobs`` and the committed ``current_run`` -- as ``<method> (<template>[
+    plug <plug>])``, in order, each once: what an admin undoes after stopping the NodeFence."""
+    idents = list(status.jobs) + ([status.current_run.ident] if status.current_run else [])
+    out: list[str] = []
+    for ident in idents:
+        m = _JOB_RE.search(ident)
+        if m is None or int(m.group(1)) != status.restarts:
+            continue
+        step, level, segment = _SLUG_STEP[m.group(2)], int(m.group(3) or 1), int(m.group(4) or 0)
+        segs = step_segments(config.methods(step, level))
+        for method in segs[segment] if segment < len(segs) else ():
+            if method.action != "off":
+                continue
+            plug = f" plug {method.plug}" if method.plug else ""
+            item = f"{method.name} ({method.template.configmap}{plug})"
+            if item not in out:
+                out.append(item)
+    return out
 
 
 __all__ = [
     "CONFIRM_MISSING_NODE_ANNOTATION",
+    "STOPPED",
+    "STOP_ANNOTATION",
+    "applied_fences",
+    "is_stopped",
     "HOLD_REASONS",
     "PHASES",
     "LevelOutcome",

@@ -63,6 +63,7 @@ from noderemedy_runner.kubeio import (
 from noderemedy_runner.nodefence import (
     CONFIRM_MISSING_NODE_ANNOTATION,
     HOLD_REASONS,
+    STOP_ANNOTATION,
     NodeFenceObservations,
     NodeFencePolicy,
     NodeFenceStatus,
@@ -265,6 +266,8 @@ class NodeFenceReconciler:
                 )
                 .strip()
                 .lower()
+                == "true",
+                stop_requested=str((meta.get("annotations") or {}).get(STOP_ANNOTATION, "")).strip().lower()
                 == "true",
             )
             action = decide(name, status, obs, config, self.policy, self.namespace)

@@ -26,6 +26,8 @@ from noderemedy_runner.nodefence import (
     RunRef,
     StepResult,
     decide,
+    is_stopped,
+    is_terminal,
     run_ident,
     step_segments,
 )
@@ -739,3 +741,37 @@ def test_exhaustive_sweep_with_every_start_held() -> None:
             assert s.current_run is not None and action.ident == s.current_run.ident
         if action.releases_workloads:
             assert obs.fence is not None and obs.fence.verifies(NODE)
+
+
+# --- stop by an admin ------------------------------------------------------------------------
+def test_a_stopped_nodefence_lists_its_fences_and_does_nothing_more() -> None:
+    jobs = (run_ident(NAME, 0, "Isolation", 0), run_ident(NAME, 0, "PowerManagement", 0))
+    s = status("Running", "PowerManagement", jobs=jobs, current_run=run_ref("PowerManagement", segment=1))
+    action = decide(NAME, s, observe(stop_requested=True, taint_present=True), CONFIG, POLICY)
+    stopped = written(action)
+    assert action.reason == "StoppedByAdmin" and stopped.status == "Error" and stopped.current_run is None
+    message = find_condition(stopped.conditions, "Processing").message  # type: ignore[union-attr]
+    assert "fc-off (fence-method-template-fc plug 3), pdu-off (fence-method-template-pdu plug 5)" in message
+    assert "out-of-service taint is on the node" in message
+    assert cstat(stopped, "Succeeded") == ("False", "StoppedByAdmin")
+    assert is_terminal(stopped, POLICY) and is_stopped(stopped)
+    # nothing more, whatever is observed, while the stop stands and the node is not Ready
+    for obs in (observe(stop_requested=True), observe(stop_requested=True, fence=VERIFIED),
+                observe(stop_requested=True, now=NOW + 10_000)):  # fmt: skip
+        assert decide(NAME, stopped, obs, CONFIG, POLICY).kind == "none"
+    # the node is Ready again: Final (a later failure gets a new NodeFence)
+    final = written(decide(NAME, stopped, observe(stop_requested=True, node_ready=True), CONFIG, POLICY))
+    assert final.status == "Final" and cstat(final, "Succeeded") == ("False", "StoppedByAdmin")
+    # the admin clears the stop: it starts over from New
+    again = written(decide(NAME, stopped, observe(), CONFIG, POLICY))
+    assert again.status == "New" and cstat(again, "Processing") == ("True", "StopCleared")
+    assert not is_stopped(again)
+
+
+def test_a_stop_never_leads_to_a_device_action_or_a_release() -> None:
+    for s, obs in _sweep():
+        action = decide(NAME, s, replace(obs, stop_requested=True), CONFIG, POLICY)
+        assert action.kind in ("write_status", "none", "wait"), (s, action)
+        if action.kind == "write_status":
+            new = written(action)
+            assert new.current_run is None
