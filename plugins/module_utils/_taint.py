@@ -33,7 +33,9 @@ OUT_OF_SERVICE_EFFECT = "NoExecute"
 EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 #: method -> the read-back state that proves the fence (power off; storage/network port disabled).
-FENCE_STATES = {"ipmi": "off", "pdu": "off", "fc": "disabled"}
+#: ``admin``/``confirmed-down``: an admin checked the machine by hand and confirmed it is down
+#: (Pacemaker's ``stonith_admin --confirm``); the runner records that act in an Event.
+FENCE_STATES = {"ipmi": "off", "pdu": "off", "fc": "disabled", "admin": "confirmed-down"}
 
 #: Seconds a fence's ``verified_at`` may lie in the future (clock skew between hosts).
 CLOCK_SKEW = 5.0

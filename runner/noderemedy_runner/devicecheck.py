@@ -23,6 +23,7 @@ from typing import Any
 
 from kubernetes import client
 
+from noderemedy_runner import logs
 from noderemedy_runner.actions import Action
 from noderemedy_runner.executor import Executor
 from noderemedy_runner.fencecfg import CONFIG_PREFIX, TEMPLATE_PREFIX
@@ -47,6 +48,9 @@ REQUEST_TIMEOUT = 10.0
 PLAYBOOK = "fence_device_check.yml"
 #: Seconds a device may take to answer one status read (the modules' ``power_timeout``).
 CHECK_POWER_TIMEOUT = 5.0
+#: Seconds after startup before the first device read (at most; ``interval`` if shorter): a
+#: runner that starts because nodes fail fences them first.
+STARTUP_DELAY = 30.0
 
 
 def list_fence_configmaps(api: client.ApiClient, namespace: str) -> dict[str, dict[str, Any]]:
@@ -109,7 +113,8 @@ class DeviceChecker:
         self.versions: dict[str, Any] = {}
         self.invalid: dict[str, str] = {}
         self.health: dict[tuple[str, str], DeviceHealth] = {}
-        self.next_check = 0.0
+        self.next_check = clock() + min(interval, STARTUP_DELAY)
+        self._validated = False
         self._configs: dict[str, Any] = {}
 
     def validate(self) -> tuple[dict[str, dict[str, Any]], bool]:
@@ -182,10 +187,19 @@ class DeviceChecker:
                 self.kube.event({**obj, "apiVersion": "v1", "kind": "Node"}, type_, h.reason, message)
 
     def once(self) -> None:
-        """Validate; read the devices when ``interval`` passed or a ConfigMap changed."""
+        """Validate; read the devices when ``interval`` passed or a ConfigMap changed since the
+        last validation, and only while the executor runs nothing else (remediations first).
+        Log lines name the resource ``FenceDeviceCheck/<namespace>``."""
+        with logs.scope(resource=f"FenceDeviceCheck/{self.namespace}"):
+            self._once()
+
+    def _once(self) -> None:
         cms, moved = self.validate()
         now = self.clock()
-        if moved or now >= self.next_check:
+        if moved and self._validated:
+            self.next_check = min(self.next_check, now)
+        self._validated = True
+        if now >= self.next_check and self.executor.in_flight == 0:
             self.next_check = now + self.interval
             self.check_devices(cms)
 

@@ -93,6 +93,10 @@ CONFIRM_MISSING_NODE_ANNOTATION = "remediation.noderemedy.io/fence-without-node"
 #: Ready again (it ends Final). Its Error is not terminal for the detector, so no new NodeFence
 #: replaces it meanwhile.
 STOP_ANNOTATION = "remediation.noderemedy.io/stop"
+#: Annotation by which an admin who checked the machine by hand confirms it is down (Pacemaker's
+#: ``stonith_admin --confirm``): ``"true"``. Its workloads are then released without a device, on
+#: the admin's word, recorded as such in an Event, and the flow waits for the node to come back.
+CONFIRM_DOWN_ANNOTATION = "remediation.noderemedy.io/confirm-node-down"
 #: ``Succeeded``/``Processing`` reason of a stopped NodeFence.
 STOPPED = "StoppedByAdmin"
 #: Seconds between looks at a NodeFence whose node does not exist.
@@ -331,7 +335,8 @@ class NodeFenceObservations:
     now (:func:`noderemedy_runner.guards.start_hold`: maintenance, another remediator's Lease,
     etcd quorum, one control-plane node at a time, the power fencing limit); a step already
     committed is not held. ``stop_requested``: an admin asked the NodeFence to stop
-    (:data:`STOP_ANNOTATION`)."""
+    (:data:`STOP_ANNOTATION`). ``down_confirmed``: an admin confirmed by hand that the machine
+    is down (:data:`CONFIRM_DOWN_ANNOTATION`)."""
 
     node: str
     now: float
@@ -345,6 +350,7 @@ class NodeFenceObservations:
     missing_node_confirmed: bool = False
     start_holds: Mapping[str, Hold] = field(default_factory=dict)
     stop_requested: bool = False
+    down_confirmed: bool = False
 
 
 def run_ident(name: str, restarts: int, step: Step, attempt: int, segment: int = 0, level: int = 1) -> str:
@@ -687,6 +693,26 @@ def decide(
         new = _cond(s, PROCESSING, "True", "NodeFound", f"node {node} exists again", now)
         return _write(new, "NodeFound")
 
+    # 0b. An admin confirmed the machine is down (stonith_admin --confirm): release on that word,
+    #     then wait for the node in Done. Not while a run is committed (it finishes first).
+    if (
+        obs.down_confirmed
+        and obs.node_exists
+        and not obs.node_ready
+        and not resting
+        and s.current_run is None
+    ):
+        if not obs.taint_present:
+            return act.taint_out_of_service(node, FenceReading(node, True, "admin_confirmed", "admin", now))
+        if s.status in ("New", "Running", "Error"):
+            new = replace(s, step="PowerManagement", retries=0, start_time=s.start_time or now)
+            new = _cond(
+                new, PROCESSING, "True", "FenceConfirmedByAdmin",
+                f"an admin confirmed node {node} is down ({CONFIRM_DOWN_ANNOTATION}); waiting for it to be Ready",
+                now,
+            )  # fmt: skip
+            return _write(_phase(new, "Done", now), "FenceConfirmedByAdmin")
+
     # 1. A committed run: consume its result, or (re)start it. Same ident → idempotent replay of
     #    one segment (step_segments).
     run = s.current_run
@@ -843,6 +869,7 @@ def applied_fences(status: NodeFenceStatus, config: FenceConfig) -> list[str]:
 
 
 __all__ = [
+    "CONFIRM_DOWN_ANNOTATION",
     "CONFIRM_MISSING_NODE_ANNOTATION",
     "STOPPED",
     "STOP_ANNOTATION",

@@ -61,6 +61,7 @@ from noderemedy_runner.kubeio import (
     ready_condition,
 )
 from noderemedy_runner.nodefence import (
+    CONFIRM_DOWN_ANNOTATION,
     CONFIRM_MISSING_NODE_ANNOTATION,
     HOLD_REASONS,
     STOP_ANNOTATION,
@@ -269,6 +270,10 @@ class NodeFenceReconciler:
                 == "true",
                 stop_requested=str((meta.get("annotations") or {}).get(STOP_ANNOTATION, "")).strip().lower()
                 == "true",
+                down_confirmed=str((meta.get("annotations") or {}).get(CONFIRM_DOWN_ANNOTATION, ""))
+                .strip()
+                .lower()
+                == "true",
             )
             action = decide(name, status, obs, config, self.policy, self.namespace)
             if action.reason in ("StartIsolation", "StartPowerManagement"):  # guards: docs/concepts.md
@@ -416,7 +421,25 @@ class NodeFenceReconciler:
     ) -> bool:
         name = str(_meta(obj).get("name"))
         extra: dict[str, Any] = {}
-        if action.kind == "taint_out_of_service":
+        if (
+            action.kind == "taint_out_of_service"
+            and action.fence is not None
+            and action.fence.kind == "admin_confirmed"
+        ):
+            # the admin's own verified fence (stonith_admin --confirm): recorded as such, first
+            extra["fence_evidence"] = {
+                "verified": True,
+                "method": "admin",
+                "state": "confirmed-down",
+                "target": f"annotation {CONFIRM_DOWN_ANNOTATION} on NodeFence {name}",
+                "verified_at": action.fence.observed_at,
+            }
+            taint_event(
+                self.kube, obj, node, "Warning", "FenceConfirmedByAdmin",
+                f"an admin confirmed node {node} is down ({CONFIRM_DOWN_ANNOTATION}=true on NodeFence {name}): "
+                "its workloads are released on that confirmation, without a fence device",
+            )  # fmt: skip
+        elif action.kind == "taint_out_of_service":
             evidence = held.evidence_for(action)
             if evidence is None:
                 return False

@@ -30,7 +30,7 @@ from test_runner_e2e import (  # noqa: F401 - fixtures are used by name
 )
 from test_runner_guards import device_log, processing
 
-from noderemedy_runner.nodefence import STOP_ANNOTATION
+from noderemedy_runner.nodefence import CONFIRM_DOWN_ANNOTATION, STOP_ANNOTATION
 
 pytestmark = [pytest.mark.lab, pytest.mark.kube]
 
@@ -89,3 +89,57 @@ def test_a_nodefence_stopped_by_an_admin_does_nothing_more(
     )
     assert "StopCleared" in [e.reason for e in events_of(api, final)]
     assert len(final["status"]["jobs"]) > len(jobs)
+
+
+@pytest.mark.timeout(400)
+def test_an_admin_confirmation_that_the_node_is_down_releases_without_a_device(
+    lab_kube: Any,
+    api: client.ApiClient,  # noqa: F811
+    fence_ns: FenceNamespace,  # noqa: F811
+    runner: Callable[..., Runner],  # noqa: F811
+    dead: str,  # noqa: F811
+) -> None:
+    """Pacemaker's ``stonith_admin --confirm``: the admin checked the machine by hand. Its
+    workloads are released (out-of-service taint, through node_taint with the admin's evidence)
+    without any device being touched, and the act is recorded as such in an Event on the
+    NodeFence and the Node. The flow then waits for the node and recovers it."""
+    co = client.CustomObjectsApi(api)
+    core = client.CoreV1Api(api)
+    devices = device_log(lab_kube, DEAD)
+    name = f"nf-confirm-{uuid.uuid4().hex[:6]}"
+    runner()
+    co.create_cluster_custom_object(
+        "remediation.noderemedy.io", "v1alpha1", "nodefences",
+        {
+            "apiVersion": "remediation.noderemedy.io/v1alpha1", "kind": "NodeFence",
+            "metadata": {"name": name, "annotations": {CONFIRM_DOWN_ANNOTATION: "true"}},
+            "spec": {"node": DEAD},
+        },
+    )  # fmt: skip
+    obj = wait_for(
+        lambda: (o := get_nf(co, name)) and processing(o)[1] == "FenceConfirmedByAdmin" and o,
+        120,
+        "FenceConfirmedByAdmin",
+    )
+    assert any(t.key == "node.kubernetes.io/out-of-service" for t in core.read_node(DEAD).spec.taints or [])
+    assert obj["status"]["status"] == "Done" and not obj["status"].get("jobs"), obj["status"]
+    assert device_log(lab_kube, DEAD) == devices, "no device is touched on an admin's confirmation"
+    on_fence = [e for e in events_of(api, obj) if e.reason == "FenceConfirmedByAdmin"]
+    assert on_fence and "without a fence device" in on_fence[0].message
+    node_events = core.list_namespaced_event(
+        "default", field_selector=f"involvedObject.kind=Node,involvedObject.name={DEAD}"
+    ).items
+    assert any(e.reason == "FenceConfirmedByAdmin" for e in node_events)
+    added = [e.message for e in events_of(api, obj) if e.reason == "OutOfServiceTaintAdded"]
+    assert added and "admin_confirmed" in added[0], added
+    # the machine comes back: recovery removes the taint
+    lab_kube.power_on(DEAD)
+    final = wait_for(
+        lambda: (o := get_nf(co, name)) and (o.get("status") or {}).get("status") == "Final" and o,
+        240,
+        "Final after the node came back",
+    )
+    assert not any(
+        t.key == "node.kubernetes.io/out-of-service" for t in core.read_node(DEAD).spec.taints or []
+    )
+    assert final["status"]["status"] == "Final"

@@ -775,3 +775,25 @@ def test_a_stop_never_leads_to_a_device_action_or_a_release() -> None:
         if action.kind == "write_status":
             new = written(action)
             assert new.current_run is None
+
+
+# --- an admin confirms the machine is down (stonith_admin --confirm) ---------------------------
+@pytest.mark.parametrize("phase", ["New", "Running", "Done"])
+def test_an_admin_confirmation_releases_without_a_device_then_waits_for_the_node(phase: str) -> None:
+    s = status(phase, "PowerManagement" if phase == "Done" else "Isolation", last_transition_time=NOW - 10)
+    action = decide(NAME, s, observe(down_confirmed=True), CONFIG, POLICY)
+    assert action.kind == "taint_out_of_service" and action.fence is not None
+    assert (action.fence.kind, action.fence.node, action.fence.fenced) == ("admin_confirmed", NODE, True)
+    after = decide(NAME, s, observe(down_confirmed=True, taint_present=True), CONFIG, POLICY)
+    if phase == "Done":
+        assert after.kind == "wait"  # already waiting for the node
+    else:
+        new = written(after)
+        assert new.status == "Done" and cstat(new, "Processing") == ("True", "FenceConfirmedByAdmin")
+    # never while a run is committed (it finishes first), nor for a Ready node
+    running = status(phase, current_run=run_ref()) if phase == "New" else None
+    if running is not None:
+        assert decide(NAME, running, observe(down_confirmed=True), CONFIG, POLICY).kind == "run_step"
+    assert not decide(
+        NAME, s, observe(down_confirmed=True, node_ready=True), CONFIG, POLICY
+    ).releases_workloads
