@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client
@@ -16,6 +17,7 @@ from kubernetes.client.exceptions import ApiException
 from noderemedy_runner.actions import Step
 from noderemedy_runner.conditions import parse_time
 from noderemedy_runner.guards import (
+    LEASE_HOLDER,
     MEDIK8S_LEASE_NAMESPACE,
     NODEMAINTENANCE,
     Fleet,
@@ -70,6 +72,94 @@ def read_medik8s_lease(api: client.ApiClient, node: str) -> dict[str, Any] | Non
         raise
     data = json.loads(resp.data)  # type: ignore[attr-defined]
     return data if isinstance(data, dict) else None
+
+
+#: Seconds a medik8s Lease taken by noderemedy lasts; renewed at every step start, deleted when
+#: the NodeFence comes to rest.
+MEDIK8S_LEASE_SECONDS = 3600
+
+
+def _lease(
+    node: Mapping[str, Any], acquire: datetime, renew: datetime, transitions: int, rv: str | None = None
+) -> client.V1Lease:
+    meta = node.get("metadata") or {}
+    name = str(meta.get("name", ""))
+    return client.V1Lease(
+        metadata=client.V1ObjectMeta(
+            name=medik8s_lease_name(name),
+            namespace=MEDIK8S_LEASE_NAMESPACE,
+            owner_references=[
+                client.V1OwnerReference(
+                    api_version="v1", kind="Node", name=name, uid=str(meta.get("uid", ""))
+                )
+            ],
+            resource_version=rv,
+        ),
+        spec=client.V1LeaseSpec(
+            holder_identity=LEASE_HOLDER,
+            lease_duration_seconds=MEDIK8S_LEASE_SECONDS,
+            acquire_time=acquire,
+            renew_time=renew,
+            lease_transitions=transitions,
+        ),
+    )
+
+
+def take_medik8s_lease(api: client.ApiClient, node: Mapping[str, Any], now: float) -> str | None:
+    """Take or renew ``medik8s-leases/node-<name>`` for :data:`~noderemedy_runner.guards.LEASE_HOLDER`,
+    as medik8s' lease manager ``RequestLease`` does (create; renew our own; take over an expired
+    one with ``leaseTransitions + 1``; owner reference to the Node), so NodeHealthCheck,
+    node-maintenance-operator and the medik8s remediators see that we act on the node. Returns the
+    holder of a valid foreign Lease (nothing written), else None. A missing ``medik8s-leases``
+    namespace (no medik8s component installed) is not an error: nothing to coordinate with."""
+    name = str((node.get("metadata") or {}).get("name", ""))
+    coord = client.CoordinationV1Api(api)
+    stamp = datetime.fromtimestamp(now, UTC)
+    current = read_medik8s_lease(api, name)
+    if current is None:
+        try:
+            coord.create_namespaced_lease(
+                MEDIK8S_LEASE_NAMESPACE, _lease(node, stamp, stamp, 0), _request_timeout=REQUEST_TIMEOUT
+            )
+        except ApiException as exc:
+            if exc.status == 404:  # no medik8s-leases namespace
+                return None
+            if exc.status == 409:  # someone was faster: look again next time
+                return "unknown (created concurrently)"
+            raise
+        return None
+    holder = foreign_holder(current, now)
+    if holder is not None:
+        return holder
+    spec = current.get("spec") or {}
+    meta = current.get("metadata") or {}
+    transitions = int(spec.get("leaseTransitions") or 0)
+    ours = spec.get("holderIdentity") == LEASE_HOLDER and spec.get("acquireTime")
+    acquire = datetime.fromisoformat(str(spec["acquireTime"]).replace("Z", "+00:00")) if ours else stamp
+    body = _lease(node, acquire, stamp, transitions if ours else transitions + 1, meta.get("resourceVersion"))
+    try:
+        coord.replace_namespaced_lease(
+            medik8s_lease_name(name), MEDIK8S_LEASE_NAMESPACE, body, _request_timeout=REQUEST_TIMEOUT
+        )
+    except ApiException as exc:
+        if exc.status == 409:
+            return "unknown (changed concurrently)"
+        raise
+    return None
+
+
+def release_medik8s_lease(api: client.ApiClient, node: str) -> None:
+    """Delete ``medik8s-leases/node-<name>`` if we hold it (medik8s' ``InvalidateLease``)."""
+    current = read_medik8s_lease(api, node)
+    if current is None or (current.get("spec") or {}).get("holderIdentity") != LEASE_HOLDER:
+        return
+    try:
+        client.CoordinationV1Api(api).delete_namespaced_lease(
+            medik8s_lease_name(node), MEDIK8S_LEASE_NAMESPACE, _request_timeout=REQUEST_TIMEOUT
+        )
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
 
 
 def list_nodefences(api: client.ApiClient) -> list[dict[str, Any]]:
@@ -165,5 +255,7 @@ __all__ = [
     "list_nodes",
     "peer_of",
     "read_medik8s_lease",
+    "release_medik8s_lease",
+    "take_medik8s_lease",
     "start_holds",
 ]

@@ -49,7 +49,8 @@ from noderemedy_runner.fencecfg import (
     parse_fence_config,
     required_templates,
 )
-from noderemedy_runner.interop import start_holds
+from noderemedy_runner.guards import Hold
+from noderemedy_runner.interop import release_medik8s_lease, start_holds, take_medik8s_lease
 from noderemedy_runner.kubeio import (
     BAREMETALHOST,
     MACHINE,
@@ -280,6 +281,13 @@ class NodeFenceReconciler:
                 holds = start_holds(
                     self.kube.api, obj, node, now, self.policy.max_restarts, self.policy.max_power_fencing
                 )
+                if not holds and node_obj is not None:  # medik8s node Lease: others see us act
+                    holder = take_medik8s_lease(self.kube.api, node_obj, now)
+                    if holder is not None:
+                        holds = {
+                            step: Hold("LeaseHeld", f"the medik8s Lease of node {node} is held by {holder}")
+                            for step in ("Isolation", "PowerManagement")
+                        }
                 if holds:
                     obs = replace(obs, start_holds=holds)
                     action = decide(name, status, obs, config, self.policy, self.namespace)
@@ -338,6 +346,10 @@ class NodeFenceReconciler:
                 + ("" if ok else f": {lv.message}"),
             )
         if is_terminal(new, self.policy) and not is_terminal(old, self.policy):
+            try:
+                release_medik8s_lease(self.kube.api, node)
+            except Exception as exc:  # noqa: BLE001 - best effort: the Lease expires on its own
+                log.warning("NodeFence %s: releasing the medik8s Lease: %s", name, exc)
             self.observer.remediation_finished(self.kind, name, node, new.status)
         elif action.reason == "RestartLimitReached":
             self.kube.event(

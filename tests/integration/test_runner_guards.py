@@ -216,3 +216,77 @@ def _events(api_client: client.ApiClient, obj: dict) -> list[Any]:
         .list_namespaced_event("default", field_selector=f"involvedObject.uid={obj['metadata']['uid']}")
         .items
     )
+
+
+@pytest.mark.timeout(400)
+def test_medik8s_node_lease_is_respected_taken_and_released(
+    lab_kube: Any,
+    api: client.ApiClient,  # noqa: F811
+    fence_ns: FenceNamespace,  # noqa: F811
+    runner: Callable[..., Runner],  # noqa: F811
+    dead: str,  # noqa: F811
+) -> None:
+    """medik8s' lease convention (common/pkg/lease): ``medik8s-leases/node-<name>``. A valid Lease
+    of another remediator holds the NodeFence (``LeaseHeld``, no device touched); once it is gone,
+    noderemedy takes the Lease itself while it fences (holder ``noderemedy-runner``, owner the
+    Node) and deletes it when the NodeFence comes to rest."""
+    from datetime import UTC, datetime
+
+    core, coord, co = client.CoreV1Api(api), client.CoordinationV1Api(api), client.CustomObjectsApi(api)
+    try:
+        core.create_namespace({"metadata": {"name": "medik8s-leases"}})
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+    lease = f"node-{DEAD}"
+    now = datetime.now(UTC)
+    coord.create_namespaced_lease(
+        "medik8s-leases",
+        client.V1Lease(
+            metadata=client.V1ObjectMeta(name=lease),
+            spec=client.V1LeaseSpec(holder_identity="NodeHealthCheck", lease_duration_seconds=3600,
+                                    acquire_time=now, renew_time=now),
+        ),
+    )  # fmt: skip
+    before = device_log(lab_kube, DEAD)
+    name = f"nf-lease-{uuid.uuid4().hex[:6]}"
+    try:
+        runner()
+        nodefence(co, name, DEAD)
+        obj = wait_for(
+            lambda: (o := get_nf(co, name)) and processing(o)[1] == "LeaseHeld" and o, 120, "LeaseHeld"
+        )
+        assert "medik8s-leases/node-" in processing(obj)[2] and "NodeHealthCheck" in processing(obj)[2]
+        assert not obj["status"].get("jobs") and device_log(lab_kube, DEAD) == before
+        coord.delete_namespaced_lease(lease, "medik8s-leases")
+        ours = wait_for(
+            lambda: (
+                _lease_holder(coord, lease) == "noderemedy-runner"
+                and coord.read_namespaced_lease(lease, "medik8s-leases")
+            ),
+            120,
+            "noderemedy holds the medik8s Lease",
+        )
+        assert [(o.kind, o.name) for o in ours.metadata.owner_references] == [("Node", DEAD)]
+        final = wait_for(
+            lambda: (o := get_nf(co, name)) and (o.get("status") or {}).get("status") == "Final" and o,
+            240,
+            "Final",
+        )
+        assert final["status"]["jobs"]
+        wait_for(lambda: _lease_holder(coord, lease) is None, 30, "the medik8s Lease released")
+    finally:
+        try:
+            coord.delete_namespaced_lease(lease, "medik8s-leases")
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+
+def _lease_holder(coord: client.CoordinationV1Api, name: str) -> str | None:
+    try:
+        return coord.read_namespaced_lease(name, "medik8s-leases").spec.holder_identity
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
