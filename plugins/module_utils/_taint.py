@@ -33,6 +33,8 @@ OUT_OF_SERVICE_EFFECT = "NoExecute"
 EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 #: method -> the read-back state that proves the fence (power off; storage/network port disabled).
+#: ``admin``/``confirmed-down``: an admin checked the machine by hand and confirmed it is down
+#: (Pacemaker's ``stonith_admin --confirm``); the runner records that act in an Event.
 FENCE_STATES = {
     "ipmi": "off",
     "redfish": "off",
@@ -41,6 +43,7 @@ FENCE_STATES = {
     "kdump": "kdump",
     "pdu": "off",
     "fc": "disabled",
+    "admin": "confirmed-down",
 }
 
 #: Seconds a fence's ``verified_at`` may lie in the future (clock skew between hosts).

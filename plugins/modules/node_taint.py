@@ -77,6 +77,9 @@ options:
         and C(verified_at).
       - It must have C(verified=true), C(method) V(ipmi) or V(pdu) with C(state=off), or V(fc) with
         C(state=disabled), a C(target), and C(verified_at) (epoch seconds) at most O(fence_max_age) ago.
+      - C(method=admin) with C(state=confirmed-down) is an admin's confirmation that the machine is down,
+        checked by hand (Pacemaker's C(stonith_admin --confirm)); noderemedy-runner passes it only for a
+        NodeFence an admin annotated, and records the act in an Event.
     type: dict
   fence_max_age:
     description:

@@ -237,6 +237,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --cloud-credentials-secret: an EC2-compatible endpoint instead of AWS's own",
     )
     act.add_argument(
+        "--max-power-fencing",
+        type=int,
+        default=1,
+        metavar="N",
+        help="nodes in their PowerManagement step at once (the seed's 'at most N nodes'; default 1)",
+    )
+    act.add_argument(
+        "--device-check-interval",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="seconds between read-only status checks of every fence device (Pacemaker's monitor; "
+        "0: off); fence ConfigMaps are validated every few seconds regardless (docs/operations.md)",
+    )
+    act.add_argument(
         "--dry-run",
         action="store_true",
         help="decide and report (logs, metrics) but act on nothing: no NodeFence, status, Lease, "
@@ -457,6 +472,7 @@ def main(argv: list[str] | None = None) -> int:
                     recovery_timeout_seconds=args.recovery_timeout,
                     max_restarts=args.max_restarts,
                     restart_delay_seconds=args.restart_delay,
+                    max_power_fencing=args.max_power_fencing,
                 ),
                 cloud=CloudDefaults(args.cloud_credentials_secret, args.cloud_endpoint_url)
                 if args.cloud_credentials_secret
@@ -466,6 +482,7 @@ def main(argv: list[str] | None = None) -> int:
                 playbook_dir=args.playbook_dir,
                 poll_interval=args.poll_interval,
                 extra_env=dict(item.split("=", 1) for item in args.run_env),
+                device_check_interval=args.device_check_interval,
             )
             metrics.count_runs_in_flight(lambda: watcher.executor.in_flight)
             w = threading.Thread(target=watcher.run, args=(work_stop,), name="watcher", daemon=True)

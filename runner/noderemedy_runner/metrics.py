@@ -21,6 +21,10 @@ adds what the detector reports. Metric names (all prefixed ``noderemedy_``):
 ``fencing_refused_total{reason}``                   counter    Excluded, Paused, StormGuard, …
 ``detection_seconds``                               histogram  due time → NodeFence created
 ``leader``                                          gauge      1 while this replica leads
+``node_remediations_total{kind,node}``              counter    remediations begun, per node
+``fence_device_healthy{template,plug,device_type}`` gauge      1 answered a status read, else 0
+``fence_device_checks_total{template,plug,reason}`` counter    reason: FenceDeviceHealthy, …
+``fence_config_valid{configmap}``                   gauge      1 parsed, 0 FenceConfigInvalid
 ==================================================  =========  ==============================
 """
 
@@ -113,6 +117,30 @@ class Metrics:
             registry=r,
         )
         self.leader = Gauge("noderemedy_leader", "1 while this replica is the leader", registry=r)
+        self.node_started = Counter(
+            "noderemedy_node_remediations",
+            "Remediations begun, by node (alert: the same node remediated again and again)",
+            ["kind", "node"],
+            registry=r,
+        )
+        self.device_healthy = Gauge(
+            "noderemedy_fence_device_healthy",
+            "1 when the fence device answered its last read-only status check, else 0",
+            ["template", "plug", "device_type"],
+            registry=r,
+        )
+        self.device_checks = Counter(
+            "noderemedy_fence_device_checks",
+            "Read-only status checks of fence devices, by outcome",
+            ["template", "plug", "reason"],
+            registry=r,
+        )
+        self.config_valid = Gauge(
+            "noderemedy_fence_config_valid",
+            "1 when the fence ConfigMap parses, 0 when it is refused (FenceConfigInvalid)",
+            ["configmap"],
+            registry=r,
+        )
 
     @staticmethod
     def _safe(fn: Any, *args: Any) -> None:
@@ -125,6 +153,7 @@ class Metrics:
     def remediation_started(self, kind: str, name: str, node: str) -> None:
         """A remediation of ``node`` began."""
         self._safe(lambda: self.started.labels(kind).inc())
+        self._safe(lambda: self.node_started.labels(kind, node).inc())
 
     def remediation_finished(self, kind: str, name: str, node: str, result: str) -> None:
         """A remediation reached a terminal state with ``result``."""
@@ -182,6 +211,20 @@ class Metrics:
     def fencing_refused(self, reason: str) -> None:
         """An unhealthy node was refused a NodeFence for ``reason`` (counted once per refusal)."""
         self._safe(lambda: self.refused.labels(reason).inc())
+
+    def fence_device_checked(self, template: str, plug: str, device_type: str, reason: str) -> None:
+        """A fence device (and plug) was read (:class:`noderemedy_runner.machines.health.HealthObserver`)."""
+
+        def update() -> None:
+            healthy = 1 if reason == "FenceDeviceHealthy" else 0
+            self.device_healthy.labels(template, plug, device_type).set(healthy)
+            self.device_checks.labels(template, plug, reason).inc()
+
+        self._safe(update)
+
+    def fence_config_checked(self, configmap: str, valid: bool) -> None:
+        """A fence ConfigMap was validated."""
+        self._safe(lambda: self.config_valid.labels(configmap).set(1 if valid else 0))
 
     def set_leader(self, leading: bool) -> None:
         """Whether this replica leads."""

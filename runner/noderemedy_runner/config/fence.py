@@ -9,6 +9,8 @@ Format (node remedy seed, "Bare-metal configmaps"; DESIGN.md "NodeFence")::
         isolation=fc-off                 # ordered method names, space or comma separated
         power_management=eaton-off eaton-on
         recovery=fc-on
+        # fencing levels (Pacemaker's topology): ``|`` separates ordered alternatives
+        # power_management=ipmi-off ipmi-on | pdu-a-off pdu-b-off pdu-a-on pdu-b-on
       fence-method-fc-off: |
         template=fence-method-template-fc-switch
         plug=2
@@ -45,7 +47,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from noderemedy_runner.machines.actions import Step
@@ -174,6 +176,9 @@ REDFISH_SCHEMES: dict[str, bool] = {
     "http": False,
     "redfish+http": False,
 }
+
+#: Separator of fencing levels in a step's method list (``isolation=a | b``).
+LEVEL_SEPARATOR = "|"
 #: config.properties keys → NodeFence step.
 STEP_KEYS: dict[str, Step] = {
     "isolation": "Isolation",
@@ -294,32 +299,53 @@ class FenceMethod:
         }
 
 
+Level = tuple[FenceMethod, ...]
+
+
 @dataclass(frozen=True)
 class FenceConfig:
-    """A parsed ``fence-config-<node>`` ConfigMap: the ordered methods of each step."""
+    """A parsed ``fence-config-<node>`` ConfigMap: the ordered methods of each step.
+
+    ``isolation``, ``power_management`` and ``recovery`` are each step's first fencing level
+    (all its methods when the step has one level). ``fallback_levels`` maps a step
+    (``Isolation``/``PowerManagement``) to its further levels, in order: Pacemaker's fencing
+    topology, where level *n+1* is tried only when level *n* failed (docs/fence-config.md).
+    """
 
     configmap: str
     node: str
-    isolation: tuple[FenceMethod, ...]
-    power_management: tuple[FenceMethod, ...]
-    recovery: tuple[FenceMethod, ...]
+    isolation: Level
+    power_management: Level
+    recovery: Level
+    fallback_levels: Mapping[Step, tuple[Level, ...]] = field(default_factory=dict)
 
-    def methods(self, step: Step) -> tuple[FenceMethod, ...]:
-        """The ordered methods of ``step``."""
-        return {
+    def methods(self, step: Step, level: int = 1) -> Level:
+        """The ordered methods of ``level`` (1-based, Pacemaker's numbering) of ``step``; ``()``
+        for a level the step does not have."""
+        levels = self.levels(step)
+        return levels[level - 1] if 1 <= level <= len(levels) else ()
+
+    def levels(self, step: Step) -> tuple[Level, ...]:
+        """Every level of ``step`` in order (``()`` for a step with no methods)."""
+        first = {
             "Isolation": self.isolation,
             "PowerManagement": self.power_management,
             "Recovery": self.recovery,
         }[step]
+        return ((first,) if first else ()) + tuple(self.fallback_levels.get(step, ()))
+
+    def all_methods(self) -> tuple[FenceMethod, ...]:
+        """Every method of every level of every step, each once, in order of appearance."""
+        seen: dict[str, FenceMethod] = {}
+        for step in STEP_KEYS.values():
+            for level in self.levels(step):
+                for m in level:
+                    seen.setdefault(m.name, m)
+        return tuple(seen.values())
 
     def secret_names(self) -> frozenset[str]:
         """Names of every Secret the configuration refers to (for RBAC checks and pre-flight)."""
-        return frozenset(
-            m.template.secret_name
-            for s in STEP_KEYS.values()
-            for m in self.methods(s)
-            if m.template.secret_name
-        )
+        return frozenset(m.template.secret_name for m in self.all_methods() if m.template.secret_name)
 
 
 @dataclass(frozen=True)
@@ -441,6 +467,29 @@ def _method_list(value: str, configmap: str, prop: str) -> tuple[str, ...]:
                 configmap, CONFIG_KEY, f"{prop}=: method name {name!r} is not lowercase [a-z0-9-_.]"
             )
     return names
+
+
+def _level_lists(value: str, configmap: str, prop: str) -> tuple[tuple[str, ...], ...]:
+    """``a b | c d`` → ``(("a", "b"), ("c", "d"))``; ``""`` → ``()`` (no methods)."""
+    if LEVEL_SEPARATOR not in value:
+        names = _method_list(value, configmap, prop)
+        return (names,) if names else ()
+    if prop == "recovery":
+        raise FenceConfigError(
+            configmap,
+            CONFIG_KEY,
+            "recovery=: fencing levels ('|') apply to isolation= and power_management= only "
+            "(recovery undoes the fence, it has no alternatives)",
+        )
+    levels = tuple(_method_list(part, configmap, prop) for part in value.split(LEVEL_SEPARATOR))
+    for i, names in enumerate(levels, start=1):
+        if not names:
+            raise FenceConfigError(configmap, CONFIG_KEY, f"{prop}=: level {i} has no methods")
+    for i, names in enumerate(levels, start=1):
+        if not any(levels[j] == names for j in range(i - 1)):
+            continue
+        raise FenceConfigError(configmap, CONFIG_KEY, f"{prop}=: level {i} repeats an earlier level")
+    return levels
 
 
 def _reject_credentials(props: Mapping[str, str], configmap: str, key: str) -> None:
@@ -611,7 +660,7 @@ def parse_template(configmap: str, data: Any) -> FenceTemplate:
 @dataclass(frozen=True)
 class _RawConfig:
     node: str
-    steps: dict[str, tuple[str, ...]]
+    steps: dict[str, tuple[tuple[str, ...], ...]]
     methods: dict[str, dict[str, str]]
 
 
@@ -643,35 +692,34 @@ def _parse_raw(configmap: str, data: Any, node: str | None) -> _RawConfig:
             CONFIG_KEY,
             f"node_name={props['node_name']!r} does not match the ConfigMap's node {name_node!r}",
         )
-    steps: dict[str, tuple[str, ...]] = {}
+    steps: dict[str, tuple[tuple[str, ...], ...]] = {}
     for prop in STEP_KEYS:
         if prop not in props:
             raise FenceConfigError(configmap, CONFIG_KEY, f"missing {prop}= (leave it empty for no methods)")
-        steps[prop] = _method_list(props[prop], configmap, prop)
+        steps[prop] = _level_lists(props[prop], configmap, prop)
     methods: dict[str, dict[str, str]] = {}
-    for names in steps.values():
-        for name in names:
-            if name in methods:
-                continue
-            key = METHOD_PREFIX + name
-            if key not in data:
-                using = [p for p, ns in steps.items() if name in ns]
-                raise FenceConfigError(
-                    configmap, key, f"missing (method {name!r} is listed in {', '.join(using)}=)"
-                )
-            mprops = parse_properties(data[key], configmap, key)
-            _reject_credentials(mprops, configmap, key)
-            _reject_unknown(mprops, _METHOD_KEYS, configmap, key)
-            tmpl = mprops.get("template", "")
-            if not tmpl:
-                raise FenceConfigError(configmap, key, f"missing template= ({TEMPLATE_PREFIX}<name>)")
-            if not tmpl.startswith(TEMPLATE_PREFIX) or not _DNS_SUBDOMAIN_RE.match(tmpl) or len(tmpl) > 253:
-                raise FenceConfigError(
-                    configmap, key, f"template={tmpl!r} is not a ConfigMap name {TEMPLATE_PREFIX}<name>"
-                )
-            if not mprops.get("action"):
-                raise FenceConfigError(configmap, key, "missing action=")
-            methods[name] = mprops
+    for name in (n for levels in steps.values() for level in levels for n in level):
+        if name in methods:
+            continue
+        key = METHOD_PREFIX + name
+        if key not in data:
+            using = [p for p, ls in steps.items() if any(name in level for level in ls)]
+            raise FenceConfigError(
+                configmap, key, f"missing (method {name!r} is listed in {', '.join(using)}=)"
+            )
+        mprops = parse_properties(data[key], configmap, key)
+        _reject_credentials(mprops, configmap, key)
+        _reject_unknown(mprops, _METHOD_KEYS, configmap, key)
+        tmpl = mprops.get("template", "")
+        if not tmpl:
+            raise FenceConfigError(configmap, key, f"missing template= ({TEMPLATE_PREFIX}<name>)")
+        if not tmpl.startswith(TEMPLATE_PREFIX) or not _DNS_SUBDOMAIN_RE.match(tmpl) or len(tmpl) > 253:
+            raise FenceConfigError(
+                configmap, key, f"template={tmpl!r} is not a ConfigMap name {TEMPLATE_PREFIX}<name>"
+            )
+        if not mprops.get("action"):
+            raise FenceConfigError(configmap, key, "missing action=")
+        methods[name] = mprops
     return _RawConfig(name_node, steps, methods)
 
 
@@ -751,5 +799,12 @@ def parse_fence_config(
             if not _PLUG_RE.match(plug):
                 raise FenceConfigError(configmap, key, f"plug={plug!r} is not an outlet/port name or number")
         methods[name] = FenceMethod(name, template, plug, action)
-    steps = {prop: tuple(methods[n] for n in names) for prop, names in raw.steps.items()}
-    return FenceConfig(configmap, raw.node, steps["isolation"], steps["power_management"], steps["recovery"])
+    steps = {
+        prop: tuple(tuple(methods[n] for n in level) for level in levels)
+        for prop, levels in raw.steps.items()
+    }
+    fallback = {STEP_KEYS[prop]: levels[1:] for prop, levels in steps.items() if len(levels) > 1}
+    first = {prop: levels[0] if levels else () for prop, levels in steps.items()}
+    return FenceConfig(
+        configmap, raw.node, first["isolation"], first["power_management"], first["recovery"], fallback
+    )

@@ -43,13 +43,14 @@ from noderemedy_runner.config.fence import (
     required_templates,
 )
 from noderemedy_runner.executor import Executor, RunOutcome, fence_reading
-from noderemedy_runner.kube.errors import Conflict
+from noderemedy_runner.kube.errors import Conflict, KubeError
 from noderemedy_runner.kube.resources import (
     NODEFENCE,
     KubeIO,
     has_taint,
     ready_condition,
 )
+from noderemedy_runner.loops.interop import release_medik8s_lease, start_holds, take_medik8s_lease
 from noderemedy_runner.loops.memory import (
     ERROR_REQUEUE_SECONDS,
     READING_FRESH_SECONDS,
@@ -65,14 +66,19 @@ from noderemedy_runner.machines.actions import (
     FenceReading,
 )
 from noderemedy_runner.machines.conditions import find_condition, set_condition
+from noderemedy_runner.machines.guards import Hold
 from noderemedy_runner.machines.nodefence import (
+    CONFIRM_DOWN_ANNOTATION,
     CONFIRM_MISSING_NODE_ANNOTATION,
+    HOLD_REASONS,
+    STOP_ANNOTATION,
     NodeFenceObservations,
     NodeFencePolicy,
     NodeFenceStatus,
     StepResult,
     decide,
     is_terminal,
+    new_level_outcomes,
 )
 from noderemedy_runner.observer import NullObserver, Observer
 
@@ -229,14 +235,25 @@ class NodeFenceReconciler:
                 result=held.result,
                 generation=int(meta.get("generation") or 0),
                 node_exists=node_obj is not None,
-                missing_node_confirmed=str(
-                    (meta.get("annotations") or {}).get(CONFIRM_MISSING_NODE_ANNOTATION, "")
-                )
-                .strip()
-                .lower()
-                == "true",
+                missing_node_confirmed=_annotated(meta, CONFIRM_MISSING_NODE_ANNOTATION),
+                stop_requested=_annotated(meta, STOP_ANNOTATION),
+                down_confirmed=_annotated(meta, CONFIRM_DOWN_ANNOTATION),
             )
             action = decide(name, status, obs, config, self.policy, self.namespace)
+            if action.reason in ("StartIsolation", "StartPowerManagement"):  # guards: docs/concepts.md
+                holds = start_holds(
+                    self.kube.api, obj, node, now, self.policy.max_restarts, self.policy.max_power_fencing
+                )
+                if not holds and node_obj is not None:  # medik8s node Lease: others see us act
+                    holder = take_medik8s_lease(self.kube.api, node_obj, now)
+                    if holder is not None:
+                        holds = {
+                            step: Hold("LeaseHeld", f"the medik8s Lease of node {node} is held by {holder}")
+                            for step in ("Isolation", "PowerManagement")
+                        }
+                if holds:
+                    obs = replace(obs, start_holds=holds)
+                    action = decide(name, status, obs, config, self.policy, self.namespace)
             log.debug("NodeFence %s: %s (%s)", name, action.kind, action.reason)
             if self.dry_run:
                 log.info("dry run: NodeFence %s would %s (%s)", name, action.kind, action.reason)
@@ -279,7 +296,23 @@ class NodeFenceReconciler:
             moved = f"{old.status} -> {new.status}" if new.status != old.status else new.status
             run = f", run {new.current_run.ident}" if new.current_run is not None else ""
             self.kube.event(obj, type_, action.reason, f"{moved}, step {new.step}{run}{detail}")
+        if action.reason in HOLD_REASONS:  # a guard holds the start of a step: say why
+            cond = find_condition(new.conditions, "Processing")
+            self.kube.event(obj, "Normal", action.reason, cond.message if cond is not None else action.reason)
+        for lv in new_level_outcomes(old, new):
+            ok = lv.result == "Succeeded"
+            self.kube.event(
+                obj,
+                "Normal" if ok else "Warning",
+                "FenceLevelSucceeded" if ok else "FenceLevelFailed",
+                f"{lv.step} level {lv.level} ({lv.methods}) {lv.result.lower()}"
+                + ("" if ok else f": {lv.message}"),
+            )
         if is_terminal(new, self.policy) and not is_terminal(old, self.policy):
+            try:
+                release_medik8s_lease(self.kube.api, node)
+            except KubeError as exc:  # best effort: the Lease expires on its own
+                log.warning("NodeFence %s: releasing the medik8s Lease: %s", name, exc)
             self.observer.remediation_finished(self.kind, name, node, new.status)
         elif action.reason == "RestartLimitReached":
             self.kube.event(
@@ -363,7 +396,25 @@ class NodeFenceReconciler:
     ) -> bool:
         name = str(meta_of(obj).get("name"))
         extra: dict[str, Any] = {}
-        if action.kind == "taint_out_of_service":
+        if (
+            action.kind == "taint_out_of_service"
+            and action.fence is not None
+            and action.fence.kind == "admin_confirmed"
+        ):
+            # the admin's own verified fence (stonith_admin --confirm): recorded as such, first
+            extra["fence_evidence"] = {
+                "verified": True,
+                "method": "admin",
+                "state": "confirmed-down",
+                "target": f"annotation {CONFIRM_DOWN_ANNOTATION} on NodeFence {name}",
+                "verified_at": action.fence.observed_at,
+            }
+            taint_event(
+                self.kube, obj, node, "Warning", "FenceConfirmedByAdmin",
+                f"an admin confirmed node {node} is down ({CONFIRM_DOWN_ANNOTATION}=true on NodeFence {name}): "
+                "its workloads are released on that confirmation, without a fence device",
+            )  # fmt: skip
+        elif action.kind == "taint_out_of_service":
             evidence = held.evidence_for(action)
             if evidence is None:
                 return False
@@ -409,6 +460,11 @@ def _resting(status: NodeFenceStatus, policy: NodeFencePolicy) -> bool:
         return True
     cond = find_condition(status.conditions, "Succeeded")
     return cond is not None and cond.reason == "RestartLimitReached"
+
+
+def _annotated(meta: Mapping[str, Any], key: str) -> bool:
+    """Whether annotation ``key`` is ``"true"`` (case and spaces ignored)."""
+    return str((meta.get("annotations") or {}).get(key, "")).strip().lower() == "true"
 
 
 __all__ = ["FENCE_CONFIG_INVALID", "NodeFenceReconciler", "load_fence_config"]

@@ -30,9 +30,11 @@ from noderemedy_runner.executor import RUN_NICE, Executor, link_collection
 from noderemedy_runner.kube.informer import Informer
 from noderemedy_runner.kube.resources import CRD, METAL3REMEDIATION, NODEFENCE, KubeIO
 from noderemedy_runner.logs import bind
+from noderemedy_runner.loops.devicecheck import DeviceChecker
 from noderemedy_runner.loops.memory import ERROR_REQUEUE_SECONDS
 from noderemedy_runner.loops.metal3 import Metal3RemediationReconciler
 from noderemedy_runner.loops.nodefence import NodeFenceReconciler
+from noderemedy_runner.machines.health import HealthObserver
 from noderemedy_runner.machines.metal3 import LabelSelector, opted_in
 from noderemedy_runner.machines.nodefence import NodeFencePolicy
 from noderemedy_runner.observer import NullObserver, Observer
@@ -123,6 +125,7 @@ class Watcher:
         max_requeue: float = 2.0,
         idle_requeue: float = 30.0,
         extra_env: dict[str, str] | None = None,
+        device_check_interval: float = 0.0,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -167,6 +170,18 @@ class Watcher:
         self.max_requeue = max_requeue
         self.idle_requeue = idle_requeue
         self._workers: dict[Key, _Worker] = {}
+        self.device_checker = (
+            DeviceChecker(
+                api_client,
+                self.kube,
+                self.executor,
+                namespace=namespace,
+                interval=device_check_interval,
+                observer=self.observer if isinstance(self.observer, HealthObserver) else None,
+            )
+            if device_check_interval > 0 and not dry_run
+            else None
+        )
 
     def list_keys(self) -> dict[Key, str]:
         """Every custom resource to reconcile → its resourceVersion."""
@@ -257,6 +272,10 @@ class Watcher:
         at once when a watch reports a NodeFence or Metal3Remediation change. Then cancel in-flight
         runs and wait for the workers (at most 30 s)."""
         wake = threading.Event()
+        if self.device_checker is not None:  # Pacemaker-style monitor of every fence device
+            threading.Thread(
+                target=self.device_checker.run, args=(stop,), name="device-check", daemon=True
+            ).start()
         for crd in (NODEFENCE, METAL3REMEDIATION):
             informer = self._informer(crd, wake)
             threading.Thread(target=informer.run, args=(stop,), name=f"watch-{crd[2]}", daemon=True).start()

@@ -63,8 +63,8 @@ OUT_OF_SERVICE_TAINT_EFFECT = "NoExecute"
 #: ``fence_max_age`` with every release, so both refuse the same stale evidence.
 FENCE_FRESH_SECONDS = 60
 
-FenceKind = Literal["power_off", "storage_isolated", "network_isolated"]
-FENCE_KINDS: tuple[FenceKind, ...] = ("power_off", "storage_isolated", "network_isolated")
+FenceKind = Literal["power_off", "storage_isolated", "network_isolated", "admin_confirmed"]
+FENCE_KINDS: tuple[FenceKind, ...] = ("power_off", "storage_isolated", "network_isolated", "admin_confirmed")
 
 #: Playbooks under ``playbooks/`` the executor maps actions to.
 PLAYBOOKS: dict[str, str] = {
@@ -97,7 +97,9 @@ class FenceReading:
 
     ``fenced`` is True only when the read-back shows the fence holds: power read back off
     (``kind="power_off"``), or every storage/network port of the node read back down
-    (``storage_isolated`` / ``network_isolated``) -- DESIGN.md "the one promise".
+    (``storage_isolated`` / ``network_isolated``) -- DESIGN.md "the one promise" -- or an admin
+    checked the machine by hand and confirmed it down (``admin_confirmed``: Pacemaker's
+    ``stonith_admin --confirm``; the admin's verified fence, recorded as such in an Event).
     ``source`` names what was read (a fence method, a BareMetalHost); ``observed_at`` is seconds
     since the epoch. Built by the executor from module results (their verify-after-action), or
     by :func:`reading_from_methods`.

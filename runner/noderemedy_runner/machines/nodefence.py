@@ -27,6 +27,14 @@ after a crash or a graceful stop resumes after the last segment that finished: t
 cycle is never repeated once its on has started. The progress lives in the custom resource's
 status, not in run artifacts, which an empty data dir (a new leader, a rescheduled pod) has lost.
 
+A step can have *fencing levels* (Pacemaker's fencing topology, :meth:`FenceConfig.levels`):
+ordered alternatives, each a list of methods that must all succeed and be read back. When the
+first segment of level *n* fails (nothing of that level was switched back on), level *n+1* starts
+at once, in the same attempt; when the last level fails, the attempt counts as failed and the
+retry starts again from level 1, as Pacemaker retries a topology. A later segment that fails (the
+``on`` of a level whose ``off`` held) is retried on its own level: going on to another level would
+cut a node that may be booting. Each level's outcome is kept in ``status.fenceLevels``.
+
 A NodeFence whose node does not exist touches no device: ``Processing=False``, reason
 ``NodeNotFound``, until the Node exists or an admin confirms the fencing of a machine that has no
 Node with the annotation :data:`CONFIRM_MISSING_NODE_ANNOTATION` (``"true"``). Without a Node
@@ -45,8 +53,9 @@ plus ``FenceVerified`` (the last step's read-back showed a fence holding).
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from noderemedy_runner.config.fence import FenceConfig, FenceMethod
@@ -61,6 +70,7 @@ from noderemedy_runner.machines.conditions import (
     parse_time,
     set_condition,
 )
+from noderemedy_runner.machines.guards import HOLD_RECHECK_SECONDS, Hold
 
 Phase = Literal["New", "Running", "Done", "Final", "Error"]
 PHASES: tuple[Phase, ...] = ("New", "Running", "Done", "Final", "Error")
@@ -72,9 +82,23 @@ FENCE_VERIFIED = "FenceVerified"
 
 #: Longest executor message copied into a condition (metav1.Condition allows 32768).
 MAX_MESSAGE = 1024
+#: Most ``status.fenceLevels`` entries kept (the oldest are dropped).
+MAX_LEVEL_OUTCOMES = 64
 #: Annotation by which an admin confirms that a NodeFence may fence a machine whose Node object
 #: does not exist (value ``"true"``); without it such a NodeFence touches no device.
 CONFIRM_MISSING_NODE_ANNOTATION = "remediation.noderemedy.io/fence-without-node"
+#: Annotation by which an admin stops a NodeFence (value ``"true"``): it stops at the next safe
+#: point (between two runs; a run in flight finishes), lists every fence it applied, and does
+#: nothing more until the annotation is removed (it then starts over from New) or its node is
+#: Ready again (it ends Final). Its Error is not terminal for the detector, so no new NodeFence
+#: replaces it meanwhile.
+STOP_ANNOTATION = "remediation.noderemedy.io/stop"
+#: Annotation by which an admin who checked the machine by hand confirms it is down (Pacemaker's
+#: ``stonith_admin --confirm``): ``"true"``. Its workloads are then released without a device, on
+#: the admin's word, recorded as such in an Event, and the flow waits for the node to come back.
+CONFIRM_DOWN_ANNOTATION = "remediation.noderemedy.io/confirm-node-down"
+#: ``Succeeded``/``Processing`` reason of a stopped NodeFence.
+STOPPED = "StoppedByAdmin"
 #: Seconds between looks at a NodeFence whose node does not exist.
 NODE_NOT_FOUND_RECHECK_SECONDS = 10.0
 
@@ -89,8 +113,9 @@ _STEP_SLUG: dict[str, str] = {
 class RunRef:
     """The step run the status has committed to: ansible-runner ``ident``, ``step``, ``attempt``
     (0-based, equals ``retries`` when started), ``not_before`` (seconds; retry back-off),
-    ``segment`` (0-based index into :func:`step_segments` of the step) and ``segments`` (how many
-    the step has; 1 for a step whose methods all act in one direction)."""
+    ``segment`` (0-based index into :func:`step_segments` of the level's methods), ``segments``
+    (how many the level has; 1 for methods that all act in one direction), ``level`` (1-based,
+    Pacemaker's numbering) and ``levels`` (how many the step has)."""
 
     ident: str
     step: Step
@@ -98,6 +123,8 @@ class RunRef:
     not_before: float
     segment: int = 0
     segments: int = 1
+    level: int = 1
+    levels: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         """JSON shape in ``status.currentRun``."""
@@ -108,18 +135,23 @@ class RunRef:
             "notBefore": format_time(self.not_before),
             "segment": self.segment,
             "segments": self.segments,
+            "level": self.level,
+            "levels": self.levels,
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunRef:
-        """Inverse of :meth:`to_dict` (a status without ``segment`` is at segment 0 of 1);
-        ValueError on a malformed object."""
+        """Inverse of :meth:`to_dict` (a status without ``segment`` is at segment 0 of 1, one
+        without ``level`` at level 1 of 1); ValueError on a malformed object."""
         step = data["step"]
         if step not in STEPS:
             raise ValueError(f"status.currentRun.step {step!r} not in {STEPS}")
         segment, segments = int(data.get("segment", 0)), int(data.get("segments", 1))
         if not 0 <= segment < max(1, segments):
             raise ValueError(f"status.currentRun.segment {segment} not in 0..{segments - 1}")
+        level, levels = int(data.get("level", 1)), int(data.get("levels", 1))
+        if not 1 <= level <= max(1, levels):
+            raise ValueError(f"status.currentRun.level {level} not in 1..{levels}")
         return cls(
             str(data["ident"]),
             step,
@@ -127,6 +159,60 @@ class RunRef:
             parse_time(str(data["notBefore"])),
             segment,
             segments,
+            level,
+            levels,
+        )
+
+
+LevelResult = Literal["Succeeded", "Failed"]
+
+
+@dataclass(frozen=True)
+class LevelOutcome:
+    """How one fencing level of a step ended (``status.fenceLevels[]``): ``step``, ``level``
+    (1-based), ``restarts`` and ``attempt`` (which pass and try of the step), ``methods`` (the
+    level's method names, space separated), ``result`` (``Succeeded``: every method succeeded and
+    was read back; ``Failed``), ``message`` (the failure, no secrets) and ``time`` (seconds)."""
+
+    step: Step
+    level: int
+    restarts: int
+    attempt: int
+    methods: str
+    result: LevelResult
+    message: str
+    time: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON shape in ``status.fenceLevels[]``."""
+        return {
+            "step": self.step,
+            "level": self.level,
+            "restarts": self.restarts,
+            "attempt": self.attempt,
+            "methods": self.methods,
+            "result": self.result,
+            "message": self.message,
+            "time": format_time(self.time),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LevelOutcome:
+        """Inverse of :meth:`to_dict`; ValueError naming the field on a malformed object."""
+        step, result = data.get("step"), data.get("result")
+        if step not in STEPS:
+            raise ValueError(f"status.fenceLevels[].step {step!r} not in {STEPS}")
+        if result not in ("Succeeded", "Failed"):
+            raise ValueError(f"status.fenceLevels[].result {result!r} not Succeeded or Failed")
+        return cls(
+            step,
+            int(data["level"]),
+            int(data.get("restarts", 0)),
+            int(data.get("attempt", 0)),
+            str(data.get("methods", "")),
+            result,
+            str(data.get("message", "")),
+            parse_time(str(data["time"])),
         )
 
 
@@ -135,7 +221,8 @@ class NodeFenceStatus:
     """``NodeFence.status``: ``status`` (phase), ``step``, ``retries`` (of the current step),
     ``restarts`` (of the whole flow), ``jobs`` (idents of finished runs, oldest first),
     ``current_run``, ``conditions``, ``observed_generation``, ``start_time`` and
-    ``last_transition_time`` (seconds; when fencing started / when ``status`` last changed)."""
+    ``last_transition_time`` (seconds; when fencing started / when ``status`` last changed),
+    ``fence_levels`` (how each fencing level ended, oldest first; steps with several levels)."""
 
     status: Phase = "New"
     step: Step = "Isolation"
@@ -147,6 +234,7 @@ class NodeFenceStatus:
     observed_generation: int = 0
     start_time: float | None = None
     last_transition_time: float | None = None
+    fence_levels: tuple[LevelOutcome, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The status subresource's JSON (camelCase, RFC 3339 times; optional fields omitted)."""
@@ -165,6 +253,8 @@ class NodeFenceStatus:
             out["startTime"] = format_time(self.start_time)
         if self.last_transition_time is not None:
             out["lastTransitionTime"] = format_time(self.last_transition_time)
+        if self.fence_levels:
+            out["fenceLevels"] = [lv.to_dict() for lv in self.fence_levels]
         return out
 
     @classmethod
@@ -192,13 +282,16 @@ class NodeFenceStatus:
             last_transition_time=parse_time(data["lastTransitionTime"])
             if data.get("lastTransitionTime")
             else None,
+            fence_levels=tuple(LevelOutcome.from_dict(lv) for lv in data.get("fenceLevels", ())),
         )
 
 
 @dataclass(frozen=True)
 class NodeFencePolicy:
     """Tunables (all durations in seconds). ``step_retries``: extra attempts per step;
-    ``max_restarts``: Error → New restarts of the whole flow. Raises ValueError when negative."""
+    ``max_restarts``: Error → New restarts of the whole flow; ``max_power_fencing``: nodes in
+    their PowerManagement step at once (:mod:`noderemedy_runner.machines.guards`). Raises ValueError when
+    negative (``max_power_fencing``: below 1)."""
 
     grace_seconds: float = 60.0
     step_retries: int = 2
@@ -206,11 +299,14 @@ class NodeFencePolicy:
     recovery_timeout_seconds: float = 600.0
     max_restarts: int = 1
     restart_delay_seconds: float = 30.0
+    max_power_fencing: int = 1
 
     def __post_init__(self) -> None:
         for name in self.__dataclass_fields__:
             if getattr(self, name) < 0:
                 raise ValueError(f"NodeFencePolicy.{name} = {getattr(self, name)} must be >= 0")
+        if self.max_power_fencing < 1:
+            raise ValueError(f"NodeFencePolicy.max_power_fencing = {self.max_power_fencing} must be >= 1")
 
 
 @dataclass(frozen=True)
@@ -235,7 +331,12 @@ class NodeFenceObservations:
     ``result``: the executor's result for ``status.current_run`` when known (lost on a crash).
     ``generation``: the NodeFence's ``metadata.generation``. ``node_exists``: the Node object
     exists; ``missing_node_confirmed``: an admin confirmed fencing without one
-    (:data:`CONFIRM_MISSING_NODE_ANNOTATION`)."""
+    (:data:`CONFIRM_MISSING_NODE_ANNOTATION`). ``start_holds``: per step, why it may not start
+    now (:func:`noderemedy_runner.machines.guards.start_hold`: maintenance, another remediator's Lease,
+    etcd quorum, one control-plane node at a time, the power fencing limit); a step already
+    committed is not held. ``stop_requested``: an admin asked the NodeFence to stop
+    (:data:`STOP_ANNOTATION`). ``down_confirmed``: an admin confirmed by hand that the machine
+    is down (:data:`CONFIRM_DOWN_ANNOTATION`)."""
 
     node: str
     now: float
@@ -247,18 +348,22 @@ class NodeFenceObservations:
     generation: int = 0
     node_exists: bool = True
     missing_node_confirmed: bool = False
+    start_holds: Mapping[str, Hold] = field(default_factory=dict)
+    stop_requested: bool = False
+    down_confirmed: bool = False
 
 
-def run_ident(name: str, restarts: int, step: Step, attempt: int, segment: int = 0) -> str:
+def run_ident(name: str, restarts: int, step: Step, attempt: int, segment: int = 0, level: int = 1) -> str:
     """Deterministic ansible-runner ident: ``<name>-r<restarts>-<step>-a<attempt>``, with
-    ``-s<segment>`` appended for segments after the first.
+    ``-l<level>`` appended for fencing levels after the first and ``-s<segment>`` for segments
+    after the first.
 
     Names longer than 200 characters are shortened to 191 characters plus 8 hex digits of their
     SHA-256, so the ident fits ``status.currentRun.ident`` (at most 253 characters).
     """
     if len(name) > 200:
         name = f"{name[:191]}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
-    tail = f"-s{segment}" if segment else ""
+    tail = (f"-l{level}" if level > 1 else "") + (f"-s{segment}" if segment else "")
     return f"{name}-r{restarts}-{_STEP_SLUG[step]}-a{attempt}{tail}"
 
 
@@ -283,7 +388,7 @@ def step_segments(methods: tuple[FenceMethod, ...]) -> tuple[tuple[FenceMethod, 
 
 
 def _segment(config: FenceConfig, run: RunRef) -> tuple[FenceMethod, ...]:
-    segs = step_segments(config.methods(run.step))
+    segs = step_segments(config.methods(run.step, run.level))
     return segs[run.segment] if run.segment < len(segs) else ()
 
 
@@ -314,6 +419,7 @@ def run_step_action(
             "step": run.step,
             "attempt": run.attempt,
             "segment": run.segment,
+            "level": run.level,
             "fence_config": config.configmap,
             "namespace": namespace,
             "methods": _methods_extravars(_segment(config, run)),
@@ -324,11 +430,27 @@ def run_step_action(
     )
 
 
-def verify_fence_action(name: str, config: FenceConfig) -> Action:
+_FENCE_STEPS: tuple[Step, ...] = ("Isolation", "PowerManagement")
+
+
+def fenced_level(status: NodeFenceStatus, step: Step) -> int:
+    """The fencing level of ``step`` that last succeeded in the current pass (``restarts``) of
+    the flow, per ``status.fenceLevels``; 1 when none is recorded (a step with one level)."""
+    for lv in reversed(status.fence_levels):
+        if lv.step == step and lv.restarts == status.restarts and lv.result == "Succeeded":
+            return lv.level
+    return 1
+
+
+def verify_fence_action(name: str, config: FenceConfig, status: NodeFenceStatus | None = None) -> Action:
     """``verify_fence``: read back (no change) the state of every ``off`` method of Isolation and
-    PowerManagement (``fence_verify.yml``); the executor reduces it with
+    PowerManagement (``fence_verify.yml``) -- of the level that fenced (:func:`fenced_level`, from
+    ``status``; level 1 without one); the executor reduces it with
     :func:`noderemedy_runner.machines.actions.reading_from_methods`."""
-    methods = tuple(m for m in config.isolation + config.power_management if m.action == "off")
+    s = status or NodeFenceStatus()
+    methods = tuple(
+        m for step in _FENCE_STEPS for m in config.methods(step, fenced_level(s, step)) if m.action == "off"
+    )
     return Action(
         kind="verify_fence",
         playbook=act.PLAYBOOKS["verify_fence"],
@@ -364,13 +486,24 @@ def _start_run(
     not_before: float,
     config: FenceConfig,
     segment: int = 0,
+    level: int = 1,
 ) -> NodeFenceStatus:
-    segs = step_segments(config.methods(step))
+    segs = step_segments(config.methods(step, level))
+    levels = len(config.levels(step))
     run = RunRef(
-        run_ident(name, s.restarts, step, s.retries, segment), step, s.retries, not_before, segment, len(segs)
+        run_ident(name, s.restarts, step, s.retries, segment, level),
+        step,
+        s.retries,
+        not_before,
+        segment,
+        len(segs),
+        level,
+        max(1, levels),
     )
     s = replace(s, step=step, current_run=run, start_time=s.start_time if s.start_time is not None else now)
     what = f"running {step} attempt {s.retries}"
+    if levels > 1:
+        what += f", level {level} of {levels}"
     if len(segs) > 1:
         names = " ".join(m.name for m in segs[segment])
         what += f", methods {names} (segment {segment + 1} of {len(segs)})"
@@ -389,6 +522,24 @@ def _write(new: NodeFenceStatus, reason: str) -> Action:
     return act.write_status(new.to_dict(), reason)
 
 
+#: Processing reasons of a NodeFence held by a guard (:mod:`noderemedy_runner.machines.guards`).
+HOLD_REASONS = (
+    "NodeUnderMaintenance",
+    "LeaseHeld",
+    "EtcdQuorumGuard",
+    "ControlPlaneRemediationInProgress",
+    "PowerFencingLimit",
+)
+
+
+def _held(s: NodeFenceStatus, hold: Hold, now: float) -> Action:
+    """Hold before starting a step: say why in ``Processing`` (once), then look again."""
+    cond = find_condition(s.conditions, PROCESSING)
+    if cond is None or cond.status != "False" or (cond.reason, cond.message) != (hold.reason, hold.message):
+        return _write(_cond(s, PROCESSING, "False", hold.reason, hold.message, now), hold.reason)
+    return act.wait(HOLD_RECHECK_SECONDS, hold.reason)
+
+
 def _apply_result(
     name: str,
     s: NodeFenceStatus,
@@ -401,13 +552,24 @@ def _apply_result(
     run = s.current_run
     if run is None:
         raise ValueError("a step result without a committed run")
+    levels = len(config.levels(run.step))
+    level_methods = " ".join(m.name for m in config.methods(run.step, run.level))
+
+    def outcome(s: NodeFenceStatus, result: LevelResult, message: str) -> NodeFenceStatus:
+        if levels <= 1:
+            return s
+        lv = LevelOutcome(run.step, run.level, s.restarts, run.attempt, level_methods, result, message, now)
+        return replace(s, fence_levels=(*s.fence_levels, lv)[-MAX_LEVEL_OUTCOMES:])
+
     if r.ok:
-        segs = len(step_segments(config.methods(run.step)))
+        segs = len(step_segments(config.methods(run.step, run.level)))
         done = (
             f"{run.step} succeeded"
             if segs <= 1
             else f"{run.step} segment {run.segment + 1} of {segs} succeeded"
         )
+        if levels > 1:
+            done += f" (level {run.level} of {levels}: {level_methods})"
         s = replace(s, jobs=(*s.jobs, run.ident))
         s = _cond(s, FENCE_AGENT_ACTION_SUCCEEDED, "True", "FenceAgentSucceeded", done, now)
         if r.fence is not None and r.fence.verifies(node):
@@ -420,7 +582,8 @@ def _apply_result(
                 now,
             )
         if run.segment + 1 < segs:  # the next segment of the same attempt, committed before it runs
-            return _start_run(name, s, run.step, now, now, config, run.segment + 1)
+            return _start_run(name, s, run.step, now, now, config, run.segment + 1, run.level)
+        s = outcome(s, "Succeeded", "")
         s = replace(s, retries=0, current_run=None)
         s = _cond(s, PROCESSING, "True", "StepSucceeded", _AFTER_STEP[run.step], now)
         if run.step == "Isolation":
@@ -430,17 +593,26 @@ def _apply_result(
         return s  # Recovery: stays Done with step Recovery and no run → untaint, Final
     reason = "FenceAgentTimedOut" if r.timed_out else "FenceAgentFailed"
     s = replace(s, jobs=(*s.jobs, run.ident))
+    where = f" level {run.level}" if levels > 1 else ""
     s = _cond(
         s,
         FENCE_AGENT_ACTION_SUCCEEDED,
         "False",
         reason,
-        f"{run.step} attempt {run.attempt}: {r.message[:MAX_MESSAGE]}",
+        f"{run.step}{where} attempt {run.attempt}: {r.message[:MAX_MESSAGE]}",
         now,
     )
+    if run.segment == 0:  # nothing of this level was switched back on: the level is abandoned
+        s = outcome(s, "Failed", r.message[:MAX_MESSAGE])
+        if run.level < levels:  # Pacemaker topology: the next level, at once, same attempt
+            return _start_run(name, s, run.step, now, now, config, 0, run.level + 1)
     if s.retries < p.step_retries:
         s = replace(s, retries=s.retries + 1)
-        return _start_run(name, s, run.step, now, now + p.retry_delay_seconds, config, run.segment)
+        if run.segment == 0:  # the whole topology again, from level 1
+            return _start_run(name, s, run.step, now, now + p.retry_delay_seconds, config, 0, 1)
+        return _start_run(name, s, run.step, now, now + p.retry_delay_seconds, config, run.segment, run.level)
+    if run.segment > 0:
+        s = outcome(s, "Failed", r.message[:MAX_MESSAGE])
     s = replace(s, current_run=None)
     s = _cond(
         s,
@@ -480,6 +652,34 @@ def decide(
     if s.observed_generation != obs.generation:
         return _write(replace(s, observed_generation=obs.generation), "ObservedGeneration")
 
+    # Stopped by an admin: nothing more, until the stop is cleared or the node is Ready again.
+    if is_stopped(s):
+        if not obs.stop_requested:
+            new = replace(s, retries=0, step="Isolation", current_run=None)
+            new = _cond(new, SUCCEEDED, "Unknown", "StopCleared", "the stop annotation was removed", now)
+            new = _cond(
+                new, PROCESSING, "True", "StopCleared", "the admin cleared the stop: starting over", now
+            )
+            return _write(_phase(new, "New", now), "StopCleared")
+        if obs.node_ready:
+            new = _cond(s, SUCCEEDED, "False", STOPPED, "stopped by an admin; the node is Ready again", now)
+            return _write(_phase(new, "Final", now), "NodeHealthy")
+        return act.nothing(STOPPED)
+    if obs.stop_requested and not (
+        s.status == "Final" or (s.status == "Error" and s.restarts >= policy.max_restarts)
+    ):
+        applied = applied_fences(s, config)
+        listed = ", ".join(applied) if applied else "none"
+        message = (
+            f"stopped by an admin ({STOP_ANNOTATION}); fences it applied, to undo by hand or with the "
+            f"recovery methods: {listed}"
+            + ("; the out-of-service taint is on the node" if obs.taint_present else "")
+        )
+        new = replace(s, current_run=None)
+        new = _cond(new, PROCESSING, "False", STOPPED, message[:MAX_MESSAGE], now)
+        new = _cond(new, SUCCEEDED, "False", STOPPED, message[:MAX_MESSAGE], now)
+        return _write(_phase(new, "Error", now), STOPPED)
+
     # 0. No Node: no device is touched without an admin's confirmation.
     resting = s.status == "Final" or (s.status == "Error" and s.restarts >= policy.max_restarts)
     processing = find_condition(s.conditions, PROCESSING)
@@ -494,6 +694,26 @@ def decide(
     if obs.node_exists and processing is not None and processing.reason == "NodeNotFound":
         new = _cond(s, PROCESSING, "True", "NodeFound", f"node {node} exists again", now)
         return _write(new, "NodeFound")
+
+    # 0b. An admin confirmed the machine is down (stonith_admin --confirm): release on that word,
+    #     then wait for the node in Done. Not while a run is committed (it finishes first).
+    if (
+        obs.down_confirmed
+        and obs.node_exists
+        and not obs.node_ready
+        and not resting
+        and s.current_run is None
+    ):
+        if not obs.taint_present:
+            return act.taint_out_of_service(node, FenceReading(node, True, "admin_confirmed", "admin", now))
+        if s.status in ("New", "Running", "Error"):
+            new = replace(s, step="PowerManagement", retries=0, start_time=s.start_time or now)
+            new = _cond(
+                new, PROCESSING, "True", "FenceConfirmedByAdmin",
+                f"an admin confirmed node {node} is down ({CONFIRM_DOWN_ANNOTATION}); waiting for it to be Ready",
+                now,
+            )  # fmt: skip
+            return _write(_phase(new, "Done", now), "FenceConfirmedByAdmin")
 
     # 1. A committed run: consume its result, or (re)start it. Same ident → idempotent replay of
     #    one segment (step_segments).
@@ -517,7 +737,7 @@ def decide(
             return act.taint_out_of_service(node, obs.fence)
         if is_true(s.conditions, FENCE_VERIFIED):
             if obs.fence is None:
-                return verify_fence_action(name, config)
+                return verify_fence_action(name, config, s)
             new = _cond(
                 s, FENCE_VERIFIED, "False", "FenceNotHeld", f"read back: {obs.fence.kind} not holding", now
             )
@@ -535,6 +755,9 @@ def decide(
         if remaining > 0:
             return act.wait(remaining, "GracePeriod")
         if config.isolation:
+            hold = obs.start_holds.get("Isolation")
+            if hold is not None:
+                return _held(s, hold, now)
             return _write(_start_run(name, s, "Isolation", now, now, config), "StartIsolation")
         new = _cond(
             replace(s, start_time=now), PROCESSING, "True", "NoIsolationMethods", "no isolation methods", now
@@ -545,6 +768,9 @@ def decide(
         if obs.node_ready:
             return _write(_phase(s, "Done", now), "NodeReady")
         if config.power_management:
+            hold = obs.start_holds.get("PowerManagement")
+            if hold is not None:
+                return _held(s, hold, now)
             return _write(_start_run(name, s, "PowerManagement", now, now, config), "StartPowerManagement")
         new = replace(s, step="PowerManagement")
         return _write(_phase(new, "Done", now), "NoPowerManagementMethods")
@@ -596,14 +822,64 @@ def decide(
     return act.nothing("Final")
 
 
+def new_level_outcomes(old: NodeFenceStatus, new: NodeFenceStatus) -> tuple[LevelOutcome, ...]:
+    """The ``status.fenceLevels`` entries in ``new`` that ``old`` does not have (for Events)."""
+    seen = set(old.fence_levels)
+    return tuple(lv for lv in new.fence_levels if lv not in seen)
+
+
 def is_terminal(status: NodeFenceStatus, policy: NodeFencePolicy) -> bool:
-    """Whether ``status`` is a resting state: Final, or Error with the restart limit used."""
-    return status.status == "Final" or (status.status == "Error" and status.restarts >= policy.max_restarts)
+    """Whether ``status`` is a resting state: Final, Error with the restart limit used, or stopped
+    by an admin (:func:`is_stopped`)."""
+    return (
+        status.status == "Final"
+        or (status.status == "Error" and status.restarts >= policy.max_restarts)
+        or is_stopped(status)
+    )
+
+
+def is_stopped(status: NodeFenceStatus) -> bool:
+    """Whether an admin stopped this NodeFence (Error with ``Succeeded=False``, ``StoppedByAdmin``)."""
+    cond = find_condition(status.conditions, SUCCEEDED)
+    return status.status == "Error" and cond is not None and cond.status == "False" and cond.reason == STOPPED
+
+
+_JOB_RE = re.compile(r"-r(\d+)-(isolation|power-management)-a\d+(?:-l(\d+))?(?:-s(\d+))?$")
+_SLUG_STEP: dict[str, Step] = {"isolation": "Isolation", "power-management": "PowerManagement"}
+
+
+def applied_fences(status: NodeFenceStatus, config: FenceConfig) -> list[str]:
+    """Every ``off`` method a run of this pass (``restarts``) of the flow ran or may have run --
+    finished runs in ``jobs`` and the committed ``current_run`` -- as ``<method> (<template>[
+    plug <plug>])``, in order, each once: what an admin undoes after stopping the NodeFence."""
+    idents = list(status.jobs) + ([status.current_run.ident] if status.current_run else [])
+    out: list[str] = []
+    for ident in idents:
+        m = _JOB_RE.search(ident)
+        if m is None or int(m.group(1)) != status.restarts:
+            continue
+        step, level, segment = _SLUG_STEP[m.group(2)], int(m.group(3) or 1), int(m.group(4) or 0)
+        segs = step_segments(config.methods(step, level))
+        for method in segs[segment] if segment < len(segs) else ():
+            if method.action != "off":
+                continue
+            plug = f" plug {method.plug}" if method.plug else ""
+            item = f"{method.name} ({method.template.configmap}{plug})"
+            if item not in out:
+                out.append(item)
+    return out
 
 
 __all__ = [
+    "CONFIRM_DOWN_ANNOTATION",
     "CONFIRM_MISSING_NODE_ANNOTATION",
+    "STOPPED",
+    "STOP_ANNOTATION",
+    "applied_fences",
+    "is_stopped",
+    "HOLD_REASONS",
     "PHASES",
+    "LevelOutcome",
     "NodeFenceObservations",
     "NodeFencePolicy",
     "NodeFenceStatus",
@@ -611,7 +887,9 @@ __all__ = [
     "RunRef",
     "StepResult",
     "decide",
+    "fenced_level",
     "is_terminal",
+    "new_level_outcomes",
     "run_ident",
     "run_step_action",
     "step_segments",

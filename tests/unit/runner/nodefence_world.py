@@ -20,20 +20,29 @@ from noderemedy_runner.machines.nodefence import (
 NODE = "worker-1"
 NAME = "nf-worker-1"
 T0 = 1_700_000_000
-_IDENT_RE = re.compile(r"-r(\d+)-(isolation|power-management|recovery)-a(\d+)(?:-s\d+)?$")
+_IDENT_RE = re.compile(r"-r(\d+)-(isolation|power-management|recovery)-a(\d+)(?:-l(\d+))?(?:-s\d+)?$")
 _STEP_INDEX = {"isolation": 0, "power-management": 1, "recovery": 2}
 
 
-def fence_config() -> FenceConfig:
-    """isolation=fc-off, power_management=pdu-off pdu-on, recovery=fc-on (the seed's shape)."""
+def fence_config(levels: bool = False) -> FenceConfig:
+    """isolation=fc-off, power_management=pdu-off pdu-on, recovery=fc-on (the seed's shape).
+    With ``levels``: power_management=ipmi-off ipmi-on | pdu-off pdu-on (IPMI, then the PDU)."""
+    power = "ipmi-off ipmi-on | pdu-off pdu-on" if levels else "pdu-off pdu-on"
     data = {
-        "config.properties": f"node_name={NODE}\nisolation=fc-off\npower_management=pdu-off pdu-on\nrecovery=fc-on",
+        "config.properties": f"node_name={NODE}\nisolation=fc-off\npower_management={power}\nrecovery=fc-on",
+        "fence-method-ipmi-off": "template=fence-method-template-ipmi\naction=off",
+        "fence-method-ipmi-on": "template=fence-method-template-ipmi\naction=on",
         "fence-method-fc-off": "template=fence-method-template-fc\nplug=3\naction=off",
         "fence-method-fc-on": "template=fence-method-template-fc\nplug=3\naction=on",
         "fence-method-pdu-off": "template=fence-method-template-pdu\nplug=5\naction=off",
         "fence-method-pdu-on": "template=fence-method-template-pdu\nplug=5\naction=on",
     }
+    if not levels:
+        del data["fence-method-ipmi-off"], data["fence-method-ipmi-on"]
     templates = {
+        "fence-method-template-ipmi": {
+            "template.properties": "type=ipmi\naddress=127.0.0.1:16001\nsecret=bmc"
+        },
         "fence-method-template-fc": {"template.properties": "type=fc\naddress=127.0.0.1:16014\nsecret=fc"},
         "fence-method-template-pdu": {
             "template.properties": "type=pdu\nmodel=apc-rpdu\naddress=127.0.0.1:16010\nsecret=pdu"
@@ -46,11 +55,13 @@ def fence_config() -> FenceConfig:
 class World:
     """``fails[i]``: whether run (restarts, step, attempt) fails, i = restarts*9 + step*3 + attempt.
     ``revive``: the node comes back Ready after a successful power cycle; ``ready_after_isolation``:
-    it comes back right after storage isolation."""
+    it comes back right after storage isolation. ``bmc_dead``: the BMC died with the node (every
+    run with an ipmi method fails before touching anything; reads of it say ``unknown``)."""
 
     fails: tuple[bool, ...]
     revive: bool
     ready_after_isolation: bool = False
+    bmc_dead: bool = False
     node_ready: bool = False
     power_on: bool = True
     fc_up: bool = True
@@ -64,12 +75,15 @@ class World:
     def fails_run(self, ident: str) -> bool:
         m = _IDENT_RE.search(ident)
         assert m, ident
-        i = int(m.group(1)) * 9 + _STEP_INDEX[m.group(2)] * 3 + int(m.group(3))
+        level = int(m.group(4) or 1) - 1
+        i = int(m.group(1)) * 9 + _STEP_INDEX[m.group(2)] * 3 + int(m.group(3)) + 13 * level
         return self.fails[i % len(self.fails)]
 
     def run_step(self, action: Action, now: float) -> StepResult:
         assert action.ident is not None
         self.runs.append(action.ident)
+        if self.bmc_dead and any(m["device_type"] == "ipmi" for m in action.extravars["methods"]):
+            return StepResult(action.ident, ok=False, message="BMC unreachable")
         if self.fails_run(action.ident):
             return StepResult(
                 action.ident, ok=False, timed_out=len(action.ident) % 2 == 0, message="device said no"
@@ -87,7 +101,7 @@ class World:
                 assert restarts is not None
                 self.power_log.append((int(restarts.group(1)), m["name"], m["action"]))
                 readings.append(
-                    MethodReading(m["name"], "pdu", m["action"], "on" if self.power_on else "off")
+                    MethodReading(m["name"], m["device_type"], m["action"], "on" if self.power_on else "off")
                 )
         if action.step == "Isolation" and self.ready_after_isolation:
             self.node_ready = True
@@ -99,7 +113,10 @@ class World:
         readings = []
         for m in action.extravars["methods"]:
             up = self.fc_up if m["device_type"] == "fc" else self.power_on
-            readings.append(MethodReading(m["name"], m["device_type"], m["action"], "on" if up else "off"))
+            state = "on" if up else "off"
+            if m["device_type"] == "ipmi" and self.bmc_dead:
+                state = "unknown"
+            readings.append(MethodReading(m["name"], m["device_type"], m["action"], state))
         return reading_from_methods(NODE, tuple(readings), now) or FenceReading(
             NODE, False, "power_off", "none", now
         )
@@ -119,11 +136,12 @@ def run(
     crashes: tuple[int, ...] = (),
     max_iterations: int = 2000,
     check: bool = True,
+    config: FenceConfig | None = None,
 ) -> Outcome:
     """Reconcile until ``decide`` returns ``none``. ``crashes[i]`` for iteration i: 0 = no crash,
     1 = crash after the action (in-memory results lost), 2 = crash before a status write lands.
     With ``check``, every persisted status is round-tripped through its JSON form."""
-    config = fence_config()
+    config = config or fence_config()
     persisted = NodeFenceStatus()
     now = float(T0)
     result: StepResult | None = None

@@ -55,17 +55,22 @@ def test_nodefence_enums_match_the_state_machine() -> None:
     assert cond["reason"]["pattern"] == conditions._REASON_RE.pattern
     assert cond["type"]["pattern"] == conditions._TYPE_RE.pattern
     assert props["spec"]["required"] == ["node"]
+    level = nodefence.LevelOutcome("PowerManagement", 2, 0, 0, "pdu-off", "Failed", "m", 1.0)
     full = nodefence.NodeFenceStatus(
-        current_run=nodefence.RunRef("i", "Isolation", 0, 1.0), start_time=1.0, last_transition_time=1.0
+        current_run=nodefence.RunRef("i", "Isolation", 0, 1.0),
+        start_time=1.0,
+        last_transition_time=1.0,
+        fence_levels=(level,),
     )
     assert set(full.to_dict()) == set(NodeFenceKeys)
     assert set(full.to_dict()["currentRun"]) == set(status["currentRun"]["properties"])
+    assert set(full.to_dict()["fenceLevels"][0]) == set(status["fenceLevels"]["items"]["properties"])
 
 
 #: Every key NodeFenceStatus.to_dict() can write.
 NodeFenceKeys = [
     "status", "step", "retries", "restarts", "jobs", "currentRun", "conditions",
-    "observedGeneration", "startTime", "lastTransitionTime",
+    "observedGeneration", "startTime", "lastTransitionTime", "fenceLevels",
 ]  # fmt: skip
 
 

@@ -866,3 +866,59 @@ def test_vmware_template_and_vm_plug() -> None:
         (None, "off"),
         ("4223a0e5-0a1b-4f3e-9e1c-a1b2c3d4e5f6", "on"),
     ]
+
+
+# --- fencing levels ('|', Pacemaker's topology) ----------------------------------------------
+def levels_config(power: str) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
+    data = seed_config()
+    data["config.properties"] = data["config.properties"].replace(
+        "power_management=eaton-off eaton-on", f"power_management={power}"
+    )
+    data["fence-method-ipmi-off"] = "template=fence-method-template-bmc\naction=off"
+    data["fence-method-ipmi-on"] = "template=fence-method-template-bmc\naction=on"
+    templates = seed_templates()
+    templates["fence-method-template-bmc"] = {
+        "template.properties": "type=ipmi\naddress=127.0.0.1:623\nsecret=bmc\n"
+    }
+    return data, templates
+
+
+def test_levels_parse_in_order_and_an_old_file_is_one_level() -> None:
+    data, templates = levels_config("ipmi-off ipmi-on | eaton-off eaton-on")
+    cfg = parse_fence_config(CM, data, templates, NODE)
+    names = [[m.name for m in lv] for lv in cfg.levels("PowerManagement")]
+    assert names == [["ipmi-off", "ipmi-on"], ["eaton-off", "eaton-on"]]
+    assert [m.name for m in cfg.power_management] == ["ipmi-off", "ipmi-on"]  # level 1
+    assert [m.name for m in cfg.methods("PowerManagement", 2)] == ["eaton-off", "eaton-on"]
+    assert cfg.methods("PowerManagement", 3) == ()
+    assert cfg.secret_names() == {"bmc", "eaton-pdu", "fc-switch-credentials"}
+    old = parse_fence_config(CM, seed_config(), seed_templates(), NODE)
+    assert len(old.levels("PowerManagement")) == 1 and old.fallback_levels == {}
+    compact, _ = levels_config("ipmi-off,ipmi-on|eaton-off,eaton-on")
+    assert parse_fence_config(CM, compact, templates, NODE) == cfg
+
+
+@pytest.mark.parametrize(
+    ("power", "isolation", "recovery", "key", "problem"),
+    [
+        ("ipmi-off ipmi-on |", "fc-off", "fc-on", "config.properties", "power_management=: level 2 has no methods"),
+        ("| ipmi-off", "fc-off", "fc-on", "config.properties", "power_management=: level 1 has no methods"),
+        ("ipmi-off | ipmi-off", "fc-off", "fc-on", "config.properties", "power_management=: level 2 repeats an earlier level"),
+        ("ipmi-off", "fc-off", "fc-on | fc-on", "config.properties", "recovery=: fencing levels ('|') apply to isolation= and power_management= only"),
+        ("ipmi-off | pdu-b-off", "fc-off", "fc-on", "fence-method-pdu-b-off", "missing (method 'pdu-b-off' is listed in power_management=)"),
+        ("ipmi-off", "fc-off | Bad", "fc-on", "config.properties", "isolation=: method name 'Bad' is not lowercase"),
+    ],
+)  # fmt: skip
+def test_level_errors_name_configmap_key_and_problem(
+    power: str, isolation: str, recovery: str, key: str, problem: str
+) -> None:
+    data, templates = levels_config(power)
+    data["config.properties"] = (
+        data["config.properties"]
+        .replace("isolation=fc-off", f"isolation={isolation}")
+        .replace("recovery=fc-on", f"recovery={recovery}")
+    )
+    with pytest.raises(FenceConfigError) as err:
+        parse_fence_config(CM, data, templates, NODE)
+    assert (err.value.configmap, err.value.key) == (CM, key)
+    assert problem in err.value.problem

@@ -194,6 +194,7 @@ class FakeKube:
             },
             "spec": {},
         }
+        self.api: Any = None  # the raw client of the start guards (patched out here)
         self.conflicts = conflicts
         self.reads = 0
         self.writes: list[dict[str, Any]] = []
@@ -238,6 +239,17 @@ class FakeExecutor:
         self.runs.append(str(kw.get("ident")))
         out = self.outcomes.pop(0) if len(self.outcomes) > 1 else self.outcomes[0]
         return RunOutcome(str(kw.get("ident")), out.status, out.rc, release=out.release)
+
+
+@pytest.fixture(autouse=True)
+def no_guards(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No other NodeFence, maintenance or medik8s Lease in this in-memory world: the start guards
+    (which read the cluster through the raw client) hold nothing."""
+    from noderemedy_runner.loops import nodefence as loop
+
+    monkeypatch.setattr(loop, "start_holds", lambda *a, **k: {})
+    monkeypatch.setattr(loop, "take_medik8s_lease", lambda *a, **k: None)
+    monkeypatch.setattr(loop, "release_medik8s_lease", lambda *a, **k: None)
 
 
 def reconciler(kube: FakeKube, executor: FakeExecutor) -> NodeFenceReconciler:

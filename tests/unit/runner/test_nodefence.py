@@ -16,14 +16,18 @@ from nodefence_world import NAME, NODE, T0, World, fence_config, run
 from noderemedy_runner.config.fence import FenceConfig
 from noderemedy_runner.machines.actions import FenceReading
 from noderemedy_runner.machines.conditions import Condition, find_condition
+from noderemedy_runner.machines.guards import Hold
 from noderemedy_runner.machines.nodefence import (
     PHASES,
+    LevelOutcome,
     NodeFenceObservations,
     NodeFencePolicy,
     NodeFenceStatus,
     RunRef,
     StepResult,
     decide,
+    is_stopped,
+    is_terminal,
     run_ident,
     step_segments,
 )
@@ -38,6 +42,7 @@ POLICY = NodeFencePolicy(
 )
 NOW = float(T0 + 10_000)
 CONFIG = fence_config()
+LEVELS = fence_config(levels=True)  # power_management=ipmi-off ipmi-on | pdu-off pdu-on
 VERIFIED = FenceReading(NODE, True, "storage_isolated", "fc-off", NOW)
 NOT_FENCED = FenceReading(NODE, False, "storage_isolated", "fc-off", NOW)
 OTHER_NODE = FenceReading("worker-2", True, "power_off", "pdu-off", NOW)
@@ -54,17 +59,33 @@ def status(phase: str = "New", step: str = "Isolation", **kw: Any) -> NodeFenceS
 
 
 def run_ref(
-    step: str = "Isolation", attempt: int = 0, restarts: int = 0, not_before: float = NOW, segment: int = 0
+    step: str = "Isolation",
+    attempt: int = 0,
+    restarts: int = 0,
+    not_before: float = NOW,
+    segment: int = 0,
+    level: int = 1,
+    config: FenceConfig | None = None,
 ) -> RunRef:
-    segments = len(step_segments(CONFIG.methods(step)))  # type: ignore[arg-type]
+    config = config or CONFIG
+    segments = len(step_segments(config.methods(step, level)))  # type: ignore[arg-type]
     return RunRef(
-        run_ident(NAME, restarts, step, attempt, segment),  # type: ignore[arg-type]
+        run_ident(NAME, restarts, step, attempt, segment, level),  # type: ignore[arg-type]
         step,  # type: ignore[arg-type]
         attempt,
         not_before,
         segment,
         segments,
+        level,
+        max(1, len(config.levels(step))),  # type: ignore[arg-type]
     )
+
+
+def lref(
+    step: str = "PowerManagement", attempt: int = 0, segment: int = 0, level: int = 1, **kw: Any
+) -> RunRef:
+    """A run of the two-level configuration (IPMI, then the PDU)."""
+    return run_ref(step, attempt, segment=segment, level=level, config=LEVELS, **kw)
 
 
 def observe(**kw: Any) -> NodeFenceObservations:
@@ -207,6 +228,43 @@ ROWS: list[tuple[str, NodeFenceStatus, NodeFenceObservations, FenceConfig, str, 
     ("final/nothing", status("Final", "Recovery"), observe(fence=VERIFIED, node_ready=True), CONFIG, "none", {}),
     ("generation/observed", status("Running", observed_generation=1), observe(generation=2), CONFIG,
      "write_status", {"status": "Running→Running", "observed_generation": 2}),
+    # fencing levels (Pacemaker topology): IPMI, then the PDU
+    ("levels/start-at-level-1", status("Running"), observe(), LEVELS, "write_status",
+     {"current_run": lref(), "Processing": ("True", "FenceAgentRunning")}),
+    ("levels/level-1-runs-ipmi-off", status("Running", "PowerManagement", current_run=lref()), observe(), LEVELS,
+     "run_step", {"extravars.methods": ["ipmi-off"], "extravars.level": 1, "extravars.release_workloads": True}),
+    ("levels/level-1-off-fails-next-level-at-once", status("Running", "PowerManagement", current_run=lref()),
+     observe(result=StepResult(lref().ident, False, message="BMC unreachable")), LEVELS, "write_status",
+     {"status": "Running→Running", "retries": 0, "current_run": lref(level=2),
+      "fence_levels.results": [("PowerManagement", 1, "Failed", "ipmi-off ipmi-on")],
+      "FenceAgentActionSucceeded": ("False", "FenceAgentFailed")}),
+    ("levels/level-2-runs-pdu-off-and-releases", status("Running", "PowerManagement", current_run=lref(level=2)),
+     observe(), LEVELS, "run_step", {"extravars.methods": ["pdu-off"], "extravars.release_workloads": True,
+                                     "ident": run_ident(NAME, 0, "PowerManagement", 0, 0, 2)}),
+    ("levels/level-2-off-ok-then-its-on", status("Running", "PowerManagement", current_run=lref(level=2)),
+     observe(result=StepResult(lref(level=2).ident, True, fence=VERIFIED)), LEVELS, "write_status",
+     {"current_run": lref(level=2, segment=1), "fence_levels.results": []}),
+    ("levels/level-2-done", status("Running", "PowerManagement", current_run=lref(level=2, segment=1)),
+     observe(result=StepResult(lref(level=2, segment=1).ident, True)), LEVELS, "write_status",
+     {"status": "Running→Done", "current_run": None,
+      "fence_levels.results": [("PowerManagement", 2, "Succeeded", "pdu-off pdu-on")]}),
+    ("levels/level-2-on-fails-retries-its-own-segment", status("Running", "PowerManagement", current_run=lref(level=2, segment=1)),
+     observe(result=StepResult(lref(level=2, segment=1).ident, False)), LEVELS, "write_status",
+     {"retries": 1, "current_run": lref(attempt=1, level=2, segment=1, not_before=NOW + 10), "fence_levels.results": []}),
+    ("levels/last-level-off-fails-retries-from-level-1", status("Running", "PowerManagement", current_run=lref(level=2)),
+     observe(result=StepResult(lref(level=2).ident, False)), LEVELS, "write_status",
+     {"retries": 1, "current_run": lref(attempt=1, not_before=NOW + 10),
+      "fence_levels.results": [("PowerManagement", 2, "Failed", "pdu-off pdu-on")]}),
+    ("levels/all-levels-fail-at-retry-limit", status("Running", "PowerManagement", retries=2, current_run=lref(attempt=2, level=2)),
+     observe(result=StepResult(lref(attempt=2, level=2).ident, False)), LEVELS, "write_status",
+     {"status": "Running→Error", "current_run": None,
+      "fence_levels.results": [("PowerManagement", 2, "Failed", "pdu-off pdu-on")]}),
+    ("levels/verify-reads-the-level-that-fenced",
+     status("Done", "PowerManagement", conditions=(cond("FenceVerified", "True"),),
+            fence_levels=(LevelOutcome("PowerManagement", 2, 0, 0, "pdu-off pdu-on", "Succeeded", "", float(T0)),)),
+     observe(), LEVELS, "verify_fence", {"extravars.methods": ["fc-off", "pdu-off"]}),
+    ("levels/verify-level-1-without-a-record", status("Done", "PowerManagement", conditions=(cond("FenceVerified", "True"),)),
+     observe(), LEVELS, "verify_fence", {"extravars.methods": ["fc-off", "ipmi-off"]}),
 ]  # fmt: skip
 
 
@@ -229,6 +287,9 @@ def test_transition_table(
             assert (status_.status, new.status) == (before, after)  # type: ignore[union-attr]
         elif key[0].isupper():
             assert cstat(new, key) == value  # type: ignore[arg-type]
+        elif key == "fence_levels.results":
+            added = new.fence_levels[len(status_.fence_levels) :]  # type: ignore[union-attr]
+            assert [(lv.step, lv.level, lv.result, lv.methods) for lv in added] == value
         elif key == "extravars.methods":
             assert [m["name"] for m in action.extravars["methods"]] == value
         elif key.startswith("extravars."):
@@ -361,9 +422,13 @@ RUN_PHASE = {"Isolation": "New", "PowerManagement": "Running", "Recovery": "Done
 STEP_NAMES = ("Isolation", "PowerManagement", "Recovery")
 
 
-def _sweep() -> list[tuple[NodeFenceStatus, NodeFenceObservations]]:
+def _sweep(
+    config: FenceConfig = CONFIG, places: tuple[tuple[int, int], ...] = ((1, 0),)
+) -> list[tuple[NodeFenceStatus, NodeFenceObservations]]:
+    """Every discrete status × observation; a committed run at each (level, segment) of ``places``
+    (of the step's levels that exist in ``config``)."""
     cases = []
-    for phase, step, run_kind, retries, restarts, fv, ltt in itertools.product(
+    for phase, step, run_kind, retries, restarts, fv, ltt, (level, segment) in itertools.product(
         PHASES,
         ("Isolation", "PowerManagement", "Recovery"),
         ("none", "pending", "backoff"),
@@ -371,12 +436,19 @@ def _sweep() -> list[tuple[NodeFenceStatus, NodeFenceObservations]]:
         (0, POLICY.max_restarts),
         (None, "True", "False"),
         (NOW - 1, NOW - 10_000),
+        places,
     ):
         run = None
+        if run_kind == "none" and (level, segment) != places[0]:
+            continue
         if run_kind != "none":
             if RUN_PHASE[step] != phase:
                 continue  # a committed run of step X exists only in the phase that runs X
-            run = run_ref(step, retries, restarts, NOW + 5 if run_kind == "backoff" else NOW)
+            if segment >= len(step_segments(config.methods(step, level))):  # type: ignore[arg-type]
+                continue
+            run = run_ref(
+                step, retries, restarts, NOW + 5 if run_kind == "backoff" else NOW, segment, level, config
+            )
         conds = () if fv is None else (cond("FenceVerified", fv),)
         s = status(phase, step, retries=retries, restarts=restarts, current_run=run, conditions=conds,
                    last_transition_time=ltt)  # fmt: skip
@@ -401,11 +473,44 @@ def test_exhaustive_sweep_invariants() -> None:
     status writes change the status, round-trip, follow an allowed edge, and keep counters bounded."""
     cases = _sweep()
     assert len(cases) > 10_000
+    kinds = _check_sweep(cases, CONFIG)
+    assert kinds == {
+        "write_status",
+        "run_step",
+        "verify_fence",
+        "taint_out_of_service",
+        "untaint_out_of_service",
+        "wait",
+        "none",
+    }
+
+
+def test_exhaustive_sweep_with_fencing_levels() -> None:
+    """The same invariants with two levels (IPMI, then the PDU) and runs at every (level, segment);
+    besides: a run moves to another level only from a level's first segment (nothing of the
+    abandoned level was switched back on), and only one level further or back to level 1."""
+    cases = _sweep(LEVELS, ((1, 0), (1, 1), (2, 0), (2, 1)))
+    assert len(cases) > 10_000
+    moves = set()
+    for s, obs in cases:
+        action = decide(NAME, s, obs, LEVELS, POLICY)
+        if action.kind != "write_status" or s.current_run is None:
+            continue
+        new = written(action)
+        if new.current_run is not None and new.current_run.level != s.current_run.level:
+            assert s.current_run.segment == 0 and new.current_run.segment == 0
+            assert new.current_run.level in (s.current_run.level + 1, 1)
+            moves.add((s.current_run.level, new.current_run.level))
+    assert moves == {(1, 2), (2, 1)}
+    _check_sweep(cases, LEVELS)
+
+
+def _check_sweep(cases: list[tuple[NodeFenceStatus, NodeFenceObservations]], config: FenceConfig) -> set[str]:
     kinds: set[str] = set()
     for s, obs in cases:
-        action = decide(NAME, s, obs, CONFIG, POLICY)
+        action = decide(NAME, s, obs, config, POLICY)
         kinds.add(action.kind)
-        assert action == decide(NAME, s, obs, CONFIG, POLICY)
+        assert action == decide(NAME, s, obs, config, POLICY)
         if action.releases_workloads:
             assert obs.fence is not None and obs.fence.verifies(NODE) and action.fence is obs.fence
             assert s.status in ("Running", "Done") and s.current_run is None
@@ -418,17 +523,12 @@ def test_exhaustive_sweep_invariants() -> None:
             assert 0 <= new.restarts <= POLICY.max_restarts
             if new.current_run is not None:
                 assert new.current_run.attempt == new.retries and new.current_run.step == new.step
+                run = new.current_run
+                assert 1 <= run.level <= run.levels == max(1, len(config.levels(run.step)))
+                assert run.segment < run.segments == len(step_segments(config.methods(run.step, run.level)))
         if action.kind == "wait":
             assert action.seconds > 0
-    assert kinds == {
-        "write_status",
-        "run_step",
-        "verify_fence",
-        "taint_out_of_service",
-        "untaint_out_of_service",
-        "wait",
-        "none",
-    }
+    return kinds
 
 
 # --- hypothesis properties -----------------------------------------------------------------
@@ -594,3 +694,128 @@ def test_a_status_written_before_segments_existed_reads_as_segment_0_of_1() -> N
     assert (ref.segment, ref.segments) == (0, 1)
     with pytest.raises(ValueError, match="currentRun.segment 2"):
         RunRef.from_dict({**old, "segment": 2, "segments": 2})
+
+
+# --- fencing levels: a BMC that died with its node ------------------------------------------
+dead_bmc_worlds = st.builds(
+    World,
+    fails=st.lists(st.booleans(), min_size=27, max_size=27).map(tuple),
+    revive=st.booleans(),
+    bmc_dead=st.just(True),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    world=dead_bmc_worlds,
+    policy=policies,
+    crashes=st.lists(st.sampled_from([0, 0, 0, 1, 2]), max_size=80).map(tuple),
+)
+def test_a_dead_bmc_is_fenced_through_the_next_level_and_resumes_after_crashes(
+    world: World, policy: NodeFencePolicy, crashes: tuple[int, ...]
+) -> None:
+    """With power_management=ipmi-off ipmi-on | pdu-off pdu-on and a dead BMC: every power change
+    that happens is the PDU's; workloads are released only after a real fence; the flow ends with
+    bounded runs; a run with crashes ends in the clean run's state; no off after an on."""
+    clean = run(dataclasses.replace(world, runs=[], power_log=[]), policy, config=LEVELS)
+    crashed = run(dataclasses.replace(world, runs=[], power_log=[]), policy, crashes, config=LEVELS)
+    for out in (clean, crashed):
+        assert out.terminated and out.status.status in ("Final", "Error")
+        assert {method for _r, method, _a in out.world.power_log} <= {"pdu-off", "pdu-on"}
+        assert_no_off_after_on(out.world.power_log)
+        if out.world.releases:
+            assert out.world.ever_fenced
+    segments = 1 + 2 * 2 + 1  # isolation, two levels of two segments, recovery
+    assert len(clean.world.runs) <= (policy.max_restarts + 1) * (segments + 5 * policy.step_retries)
+    assert projection(crashed.status) == projection(clean.status)
+    assert crashed.world.taint <= clean.world.taint
+    pm = [lv for lv in clean.status.fence_levels if lv.step == "PowerManagement"]
+    assert all(lv.result == "Failed" for lv in pm if lv.level == 1)
+    if clean.world.power_log:  # the PDU level ran, after level 1 failed in the same pass
+        assert pm and pm[0].level == 1
+
+
+def test_fence_levels_round_trip_and_old_runs_read_as_level_1() -> None:
+    lv = LevelOutcome("PowerManagement", 2, 1, 0, "pdu-off pdu-on", "Failed", "outlet 3 reads on", float(T0))
+    s = status("Running", "PowerManagement", fence_levels=(lv,), current_run=lref(level=2))
+    assert NodeFenceStatus.from_dict(s.to_dict()) == s
+    assert "fenceLevels" not in status().to_dict()
+    old = {"ident": "x", "step": "PowerManagement", "attempt": 0, "notBefore": "2023-11-14T22:13:20Z"}
+    assert (RunRef.from_dict(old).level, RunRef.from_dict(old).levels) == (1, 1)
+    with pytest.raises(ValueError, match="currentRun.level 3"):
+        RunRef.from_dict({**old, "level": 3, "levels": 2})
+    with pytest.raises(ValueError, match="fenceLevels\\[\\].result 'Maybe'"):
+        NodeFenceStatus.from_dict({"fenceLevels": [{**lv.to_dict(), "result": "Maybe"}]})
+    assert run_ident("nf", 0, "PowerManagement", 1, 1, 2) == "nf-r0-power-management-a1-l2-s1"
+
+
+def test_exhaustive_sweep_with_every_start_held() -> None:
+    """With both fencing steps held (maintenance, quorum, limits), no Isolation or PowerManagement
+    run is ever committed or newly started, and a release still needs a verified fence."""
+    hold = Hold("EtcdQuorumGuard", "held")
+    for s, obs in _sweep():
+        held_obs = replace(obs, start_holds={"Isolation": hold, "PowerManagement": hold})
+        action = decide(NAME, s, held_obs, CONFIG, POLICY)
+        if action.kind == "write_status" and s.current_run is None:
+            new = written(action)
+            assert new.current_run is None or new.current_run.step == "Recovery", (s, action)
+        if action.kind == "run_step":
+            assert s.current_run is not None and action.ident == s.current_run.ident
+        if action.releases_workloads:
+            assert obs.fence is not None and obs.fence.verifies(NODE)
+
+
+# --- stop by an admin ------------------------------------------------------------------------
+def test_a_stopped_nodefence_lists_its_fences_and_does_nothing_more() -> None:
+    jobs = (run_ident(NAME, 0, "Isolation", 0), run_ident(NAME, 0, "PowerManagement", 0))
+    s = status("Running", "PowerManagement", jobs=jobs, current_run=run_ref("PowerManagement", segment=1))
+    action = decide(NAME, s, observe(stop_requested=True, taint_present=True), CONFIG, POLICY)
+    stopped = written(action)
+    assert action.reason == "StoppedByAdmin" and stopped.status == "Error" and stopped.current_run is None
+    message = find_condition(stopped.conditions, "Processing").message  # type: ignore[union-attr]
+    assert "fc-off (fence-method-template-fc plug 3), pdu-off (fence-method-template-pdu plug 5)" in message
+    assert "out-of-service taint is on the node" in message
+    assert cstat(stopped, "Succeeded") == ("False", "StoppedByAdmin")
+    assert is_terminal(stopped, POLICY) and is_stopped(stopped)
+    # nothing more, whatever is observed, while the stop stands and the node is not Ready
+    for obs in (observe(stop_requested=True), observe(stop_requested=True, fence=VERIFIED),
+                observe(stop_requested=True, now=NOW + 10_000)):  # fmt: skip
+        assert decide(NAME, stopped, obs, CONFIG, POLICY).kind == "none"
+    # the node is Ready again: Final (a later failure gets a new NodeFence)
+    final = written(decide(NAME, stopped, observe(stop_requested=True, node_ready=True), CONFIG, POLICY))
+    assert final.status == "Final" and cstat(final, "Succeeded") == ("False", "StoppedByAdmin")
+    # the admin clears the stop: it starts over from New
+    again = written(decide(NAME, stopped, observe(), CONFIG, POLICY))
+    assert again.status == "New" and cstat(again, "Processing") == ("True", "StopCleared")
+    assert not is_stopped(again)
+
+
+def test_a_stop_never_leads_to_a_device_action_or_a_release() -> None:
+    for s, obs in _sweep():
+        action = decide(NAME, s, replace(obs, stop_requested=True), CONFIG, POLICY)
+        assert action.kind in ("write_status", "none", "wait"), (s, action)
+        if action.kind == "write_status":
+            new = written(action)
+            assert new.current_run is None
+
+
+# --- an admin confirms the machine is down (stonith_admin --confirm) ---------------------------
+@pytest.mark.parametrize("phase", ["New", "Running", "Done"])
+def test_an_admin_confirmation_releases_without_a_device_then_waits_for_the_node(phase: str) -> None:
+    s = status(phase, "PowerManagement" if phase == "Done" else "Isolation", last_transition_time=NOW - 10)
+    action = decide(NAME, s, observe(down_confirmed=True), CONFIG, POLICY)
+    assert action.kind == "taint_out_of_service" and action.fence is not None
+    assert (action.fence.kind, action.fence.node, action.fence.fenced) == ("admin_confirmed", NODE, True)
+    after = decide(NAME, s, observe(down_confirmed=True, taint_present=True), CONFIG, POLICY)
+    if phase == "Done":
+        assert after.kind == "wait"  # already waiting for the node
+    else:
+        new = written(after)
+        assert new.status == "Done" and cstat(new, "Processing") == ("True", "FenceConfirmedByAdmin")
+    # never while a run is committed (it finishes first), nor for a Ready node
+    running = status(phase, current_run=run_ref()) if phase == "New" else None
+    if running is not None:
+        assert decide(NAME, running, observe(down_confirmed=True), CONFIG, POLICY).kind == "run_step"
+    assert not decide(
+        NAME, s, observe(down_confirmed=True, node_ready=True), CONFIG, POLICY
+    ).releases_workloads

@@ -37,6 +37,9 @@ def test_valid_evidence_is_accepted_with_its_age():
     assert validate_fence_evidence(evidence(), 300, NOW)["age"] == 10
     assert validate_fence_evidence(evidence(method="fc", state="disabled"), 300, NOW)["method"] == "fc"
     assert validate_fence_evidence(evidence(method="pdu", plugs=["3"]), 300, NOW)["plugs"] == ["3"]
+    # an admin's confirmation that the machine is down (stonith_admin --confirm)
+    admin = evidence(method="admin", state="confirmed-down", target="annotation on NodeFence nf-1")
+    assert validate_fence_evidence(admin, 300, NOW)["method"] == "admin"
 
 
 @pytest.mark.parametrize(
@@ -51,6 +54,8 @@ def test_valid_evidence_is_accepted_with_its_age():
         (evidence(state="on"), "fence_evidence.state"),
         (evidence(state=None), "fence_evidence.state"),
         (evidence(method="fc", state="off"), "fence_evidence.state"),
+        (evidence(method="admin", state="off"), "fence_evidence.state"),
+        (evidence(method="admin", state="confirmed-down", verified=False), "fence_evidence.verified"),
         (evidence(verified_at=None), "fence_evidence.verified_at"),
         (evidence(verified_at=True), "fence_evidence.verified_at"),
         (evidence(verified_at="yesterday"), "fence_evidence.verified_at"),
