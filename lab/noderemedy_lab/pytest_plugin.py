@@ -39,6 +39,16 @@ def lab_config(workdir) -> LabConfig:
     )
 
 
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
+    """Tests that use the real nodes (fixture ``lab_real``) run last, in their collected order: once
+    started, the real nodes stay registered in the cluster for the rest of the session, and the
+    tests written for the kwok nodes count every node of the cluster."""
+    real = [item for item in items if "lab_real" in getattr(item, "fixturenames", ())]
+    if real:
+        rest = [item for item in items if "lab_real" not in getattr(item, "fixturenames", ())]
+        items[:] = rest + real
+
+
 @pytest.fixture(scope="session")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     """A started :class:`~noderemedy_lab.lab.Lab`; stopped (and checked stopped) after the session."""

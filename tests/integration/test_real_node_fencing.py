@@ -74,7 +74,8 @@ def web(namespace: str, preferred: str) -> dict:
         ],
         "volumes": [{"name": "shared", "hostPath": {"path": SHARED_MOUNT, "type": "Directory"}}],
     }
-    return statefulset(namespace, "web", pod)
+    # OnDelete: a template change (the preference, below) never replaces the running pod itself
+    return statefulset(namespace, "web", pod, updateStrategy={"type": "OnDelete"})
 
 
 def web0(lab: Any, ns: str) -> dict | None:
@@ -127,6 +128,11 @@ def scenario(
     assert first["spec"]["nodeName"] == node
     old = first["metadata"]["uid"]
     wait_for(lambda: len(writes(shared).get(old, [])) >= 5, 30, "the first writer's lines")
+    # the replacement prefers the other node: a real node the fence power-cycles may be Ready and
+    # untainted again by the time the StatefulSet recreates the pod
+    patch = [{"op": "replace", "path": "/spec/template/spec/affinity", "value": prefer_node(other, REAL)}]
+    out = lab.kubectl("-n", ns, "patch", "statefulset", "web", "--type=json", "-p", json.dumps(patch))
+    assert out.returncode == 0, out.stderr
     fail()
     t_fail = uptime()
     lab.wait_nodes([node], {"False", "Unknown"}, 120)
