@@ -72,17 +72,25 @@ def lab_config(workdir) -> LabConfig:
     )
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
     """Mark every test by the lab it needs, from the fixtures it uses (directly or through other
     fixtures): ``lab`` for the ``lab`` fixture, ``lab`` and ``kube`` for ``lab_kube``; so that
     ``-m "not lab"`` selects exactly the tests that need no peer of the session's lab. (Tests that
-    start peers of their own carry ``pytestmark = pytest.mark.lab`` themselves.)"""
+    start peers of their own carry ``pytestmark = pytest.mark.lab`` themselves.)
+
+    Tests that use the real nodes (fixture ``lab_real``) run last, in their collected order: once
+    started, the real nodes stay registered in the cluster for the rest of the session, and the
+    tests written for the kwok nodes count every node of the cluster."""
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
-        if "lab" in names or "lab_kube" in names:
+        if names & {"lab", "lab_kube", "lab_real"}:
             item.add_marker(pytest.mark.lab)
-        if "lab_kube" in names:
+        if names & {"lab_kube", "lab_real"}:
             item.add_marker(pytest.mark.kube)
+    real = [item for item in items if "lab_real" in getattr(item, "fixturenames", ())]
+    if real:
+        rest = [item for item in items if "lab_real" not in getattr(item, "fixturenames", ())]
+        items[:] = rest + real
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,9 @@ the old writer precedes the new writer's first line.
   the isolation step disables its FC port, which cuts it off the shared storage; the taint, the
   pod's deletion and its restart on lab-real-1 come after that.
 * power cut: lab-real-1 is powered off through its BMC; the writer is dead before the fence.
+* every fence method failing (an IPMI-only configuration with a wrong BMC password) on a
+  partitioned node: the NodeFence ends in Error, no taint, the old writer keeps writing and no
+  second writer ever starts.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from test_runner_e2e import (  # noqa: F401 - fixtures shared with the host runn
     FenceNamespace,
     Runner,
     api,
+    conds,
+    fence_config,
     fence_ns,
     get_nf,
     nodefence,
@@ -69,7 +74,8 @@ def web(namespace: str, preferred: str) -> dict:
         ],
         "volumes": [{"name": "shared", "hostPath": {"path": SHARED_MOUNT, "type": "Directory"}}],
     }
-    return statefulset(namespace, "web", pod)
+    # OnDelete: a template change (the preference, below) never replaces the running pod itself
+    return statefulset(namespace, "web", pod, updateStrategy={"type": "OnDelete"})
 
 
 def web0(lab: Any, ns: str) -> dict | None:
@@ -122,6 +128,11 @@ def scenario(
     assert first["spec"]["nodeName"] == node
     old = first["metadata"]["uid"]
     wait_for(lambda: len(writes(shared).get(old, [])) >= 5, 30, "the first writer's lines")
+    # the replacement prefers the other node: a real node the fence power-cycles may be Ready and
+    # untainted again by the time the StatefulSet recreates the pod
+    patch = [{"op": "replace", "path": "/spec/template/spec/affinity", "value": prefer_node(other, REAL)}]
+    out = lab.kubectl("-n", ns, "patch", "statefulset", "web", "--type=json", "-p", json.dumps(patch))
+    assert out.returncode == 0, out.stderr
     fail()
     t_fail = uptime()
     lab.wait_nodes([node], {"False", "Unknown"}, 120)
@@ -236,3 +247,72 @@ def test_powered_off_real_node_is_fenced_before_its_pod_runs_elsewhere(
     print(f"\nFIGURE power cut: {fig}")
     assert fig["old_writer_last_s"] <= 0, "a container of the powered-off node wrote after the cut"
     assert fig["overlapping_writes"] == 0, fig
+
+
+def test_with_every_fence_method_failing_the_old_writer_keeps_writing_and_no_second_starts(
+    lab_real: Any,
+    api: client.ApiClient,  # noqa: F811
+    fence_ns: FenceNamespace,  # noqa: F811
+    runner: Callable[..., Runner],  # noqa: F811
+    app: tuple[str, Path],
+    partitioned: str,
+    tmp_path: Path,
+) -> None:
+    ns, shared = app
+    node = partitioned
+    bmc = lab_real.info["devices"]["bmcs"][node]
+    fence_ns.put(
+        "secret",
+        {
+            "metadata": {"name": "bmc-wrong"},
+            "stringData": {"username": bmc["username"], "password": "not-it"},
+        },
+    )
+    fence_ns.put(
+        "config_map",
+        {
+            "metadata": {"name": "fence-method-template-ipmi-wrong"},
+            "data": {
+                "template.properties": f"type=ipmi\naddress={bmc['host']}:{bmc['port']}\nsecret=bmc-wrong\ncipher=3\n"
+            },
+        },
+    )
+    port = lab_real.info["devices"]["fc_ports"][node]
+    fence_ns.put(
+        "config_map",
+        fence_config(node, port, "", "ipmi-off ipmi-on", "", ipmi="fence-method-template-ipmi-wrong"),
+    )
+    try:
+        apply(lab_real, tmp_path, web(ns, node))
+        first = wait_for(
+            lambda: (p := web0(lab_real, ns)) and p["status"].get("phase") == "Running" and p, 120, "web-0"
+        )
+        assert first["spec"]["nodeName"] == node
+        old = first["metadata"]["uid"]
+        lab_real.partition(node)
+        lab_real.wait_nodes([node], {"False", "Unknown"}, 120)
+        co = client.CustomObjectsApi(api)
+        name = f"nf-bad-{uuid.uuid4().hex[:6]}"
+        runner()
+        nodefence(co, name, node)
+        tainted, uids = [], set()
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            obj = get_nf(co, name)
+            tainted.append(taint_present(lab_real, node))
+            p = web0(lab_real, ns)
+            if p:
+                uids.add(p["metadata"]["uid"])
+            if conds(obj).get("Succeeded", {}).get("reason") == "RestartLimitReached":
+                break
+            time.sleep(0.2)
+        assert obj["status"]["status"] == "Error", obj["status"]
+        assert not any(tainted), "an out-of-service taint was applied without a verified fence"
+        # the old writer is alive and still writes; no second writer ever existed
+        count = len(writes(shared)[old])
+        wait_for(lambda: len(writes(shared)[old]) > count, 15, "the old writer's next line")
+        assert uids == {old}, uids
+        assert set(writes(shared)) == {old}
+        assert Path(bmc["power_file"]).read_text().strip() == "1", "the node was powered off"
+    finally:
+        fence_ns.standard(node)
