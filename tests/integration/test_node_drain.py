@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -288,13 +289,18 @@ def guarded(lab_kube, namespace, restore_node, tmp_path):
 
 def test_drain_waits_for_a_pdb_then_succeeds(lab_kube, guarded, run_playbook):
     ns, node, pods = guarded
-    # while the module is retrying 429s, the budget is relaxed (as an operator would)
-    relax = threading.Timer(
-        8.0,
-        lambda: lab_kube.kubectl(
+
+    # while the module is retrying 429s, the budget is relaxed (as an operator would): 2 s after the
+    # module cordons the node -- its first evictions (right after the cordon) are refused by then,
+    # and its next try comes after kubectl's 5 s retry delay -- whatever the module's start-up took
+    def relax_after_cordon() -> None:
+        wait_for(lambda: unschedulable(lab_kube, node), 120, f"{node} cordoned by the drain")
+        time.sleep(2.0)
+        lab_kube.kubectl(
             "patch", "pdb", "guarded", "-n", ns, "--type=merge", "-p", '{"spec":{"maxUnavailable":2}}'
-        ),
-    )
+        )
+
+    relax = threading.Thread(target=relax_after_cordon, daemon=True)
     relax.start()
     try:
         res = run_playbook([drain_task("drain", node, lab_kube.kubeconfig, timeout=120)]).task("drain")
