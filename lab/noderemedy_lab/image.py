@@ -56,6 +56,23 @@ VENV = "/opt/noderemedy"
 COLLECTIONS = "/usr/share/ansible/collections"
 
 
+def pinned_versions() -> str:
+    """Pip constraints (``name==version`` lines) of every distribution of this interpreter -- the
+    project's venv, on the same Python minor version as the image's Debian python3 -- except the
+    project itself and the installer's own packages. The image then gets the versions the tests
+    ran with, and pip's resolver does not backtrack through the history of packages with many
+    releases (boto3/botocore: minutes without constraints)."""
+    from importlib import metadata
+
+    skip = {"noderemedy", "pip", "setuptools", "wheel"}
+    pins = {
+        f"{d.metadata['Name']}=={d.version}"
+        for d in metadata.distributions()
+        if d.metadata["Name"] and d.metadata["Name"].lower() not in skip
+    }
+    return "".join(f"{line}\n" for line in sorted(pins, key=str.lower))
+
+
 def read_ee(ee_file: Path) -> dict:
     """The contents ``execution-environment.yml`` asks for: ``{"tag", "pip" (requirement strings:
     ansible-core, ansible-runner), "requirements" (path of the python requirements file),
@@ -150,6 +167,7 @@ def build(ee_file: Path, dist: Path, out_dir: Path, progress: Callable[[str], No
         stage.mkdir(parents=True)
         for f in (*wheels, *tarballs, ee["requirements"]):
             shutil.copy2(f, stage / f.name)
+        (stage / "constraints.txt").write_text(pinned_versions())
         ca = Path(os.environ.get("PIP_CERT", "/etc/ssl/certs/ca-certificates.crt"))
         shutil.copy2(ca, stage / "ca.crt")
         resolv = rootfs / "etc" / "resolv.conf"
@@ -171,6 +189,8 @@ def build(ee_file: Path, dist: Path, out_dir: Path, progress: Callable[[str], No
                 *ee["pip"],
                 "-r",
                 f"/tmp/noderemedy-dist/{ee['requirements'].name}",
+                "-c",
+                "/tmp/noderemedy-dist/constraints.txt",
             ],
             "pip install",
             env=env,

@@ -414,7 +414,11 @@ class RealNodes:
         (d / "manifests").mkdir(exist_ok=True)
         (d / "cni").mkdir(exist_ok=True)
         pki_dir = Path(self.kube["pki"])
-        socket = d / "containerd.sock"
+        # unix socket paths are limited to 104 bytes (containerd's ttrpc socket adds ".ttrpc"), and
+        # a test's workdir can be longer: the sockets live under /run/<prefix>/<node>
+        sockdir = run_dir(self.prefix) / name
+        sockdir.mkdir(parents=True, exist_ok=True)
+        socket = sockdir / "containerd.sock"
         (d / "cni" / "10-lab.conflist").write_text(
             json.dumps(
                 {
@@ -654,6 +658,7 @@ class RealNodes:
         remove_cgroup(f"/{self.prefix}")
         for name in self.names:
             shutil.rmtree(self.root / name / "var" / "lib" / "containerd", ignore_errors=True)
+        shutil.rmtree(run_dir(self.prefix), ignore_errors=True)
 
 
 def leftovers(cfg: LabConfig) -> list[str]:
@@ -670,7 +675,15 @@ def leftovers(cfg: LabConfig) -> list[str]:
     real = cfg.workdir / "real"
     if real.exists():
         out += [f"containerd state {p}" for p in sorted(real.glob("*/var/lib/containerd"))]
+    if run_dir(prefix).exists():
+        out.append(f"socket directory {run_dir(prefix)}")
     return out
+
+
+def run_dir(prefix: str) -> Path:
+    """``/run/<prefix>``: the lab's real nodes' containerd sockets (short paths: a unix socket path
+    has at most 104 bytes)."""
+    return Path("/run") / prefix
 
 
 def import_image(socket: str, archive: Path, component: str) -> None:
@@ -696,6 +709,7 @@ def cleanup_recorded(state: dict) -> list[str]:
     remove_cgroup(f"/{prefix}")
     for d in sorted((cfg.workdir / "real").glob("*/var/lib/containerd")):
         shutil.rmtree(d, ignore_errors=True)
+    shutil.rmtree(run_dir(prefix), ignore_errors=True)
     return leftovers(cfg)
 
 

@@ -188,7 +188,7 @@ def port_refused(host: str, port: int, wait: float = 0.3) -> bool:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)
     except OSError:
         return False
-    family, _, _, _, addr = infos[0]
+    family, addr = infos[0][0], infos[0][4]
     with socket.socket(family, socket.SOCK_DGRAM) as sock:
         sock.settimeout(wait)
         try:

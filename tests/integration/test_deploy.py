@@ -95,6 +95,8 @@ ALLOWED = [
     ("create", "configmaps", "noderemedy-system"),  # the status ConfigMap, once
     ("update", "configmaps/noderemedy-status", "noderemedy-system"),
     ("update", "leases.coordination.k8s.io", "noderemedy-system"),
+    ("update", "leases.coordination.k8s.io", "medik8s-leases"),  # medik8s' node Lease convention
+    ("list", "nodemaintenances.nodemaintenance.medik8s.io", None),
 ]
 DENIED = [
     ("get", "secrets", "default"),  # credentials only in its own namespace

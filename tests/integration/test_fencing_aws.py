@@ -13,7 +13,7 @@ import socket
 
 import boto3
 import pytest
-from test_fencing_support import (
+from fencing_support import (
     assert_failed_unfenced,
     assert_no_secrets,
     assert_quartet,

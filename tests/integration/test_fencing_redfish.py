@@ -14,7 +14,7 @@ import subprocess
 import time
 
 import pytest
-from test_fencing_support import (
+from fencing_support import (
     assert_failed_unfenced,
     assert_no_secrets,
     assert_quartet,

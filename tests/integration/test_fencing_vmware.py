@@ -15,14 +15,14 @@ import socket
 import ssl
 
 import pytest
-from pyVim.connect import Disconnect, SmartConnect
-from pyVmomi import vim
-from test_fencing_support import (
+from fencing_support import (
     assert_failed_unfenced,
     assert_no_secrets,
     assert_quartet,
     quartet_tasks,
 )
+from pyVim.connect import Disconnect, SmartConnect
+from pyVmomi import vim
 
 from ansible_collections.noderemedy.core.plugins.module_utils._fence import (
     AuthError,

@@ -29,7 +29,6 @@ from test_runner_e2e import (  # noqa: F401 - fixtures shared with the host runn
     OOS,
     FenceNamespace,
     Runner,
-    api,
     conds,
     fence_config,
     fence_ns,
@@ -195,7 +194,7 @@ def partitioned(lab_real: Any) -> Iterator[str]:
 
 def test_partitioned_real_node_is_fenced_before_its_pod_runs_elsewhere(
     lab_real: Any,
-    api: client.ApiClient,  # noqa: F811
+    api: client.ApiClient,
     fence_ns: FenceNamespace,  # noqa: F811
     runner: Callable[..., Runner],  # noqa: F811
     app: tuple[str, Path],
@@ -233,7 +232,7 @@ def powered_off(lab_real: Any) -> Iterator[str]:
 
 def test_powered_off_real_node_is_fenced_before_its_pod_runs_elsewhere(
     lab_real: Any,
-    api: client.ApiClient,  # noqa: F811
+    api: client.ApiClient,
     fence_ns: FenceNamespace,  # noqa: F811
     runner: Callable[..., Runner],  # noqa: F811
     app: tuple[str, Path],
@@ -251,7 +250,7 @@ def test_powered_off_real_node_is_fenced_before_its_pod_runs_elsewhere(
 
 def test_with_every_fence_method_failing_the_old_writer_keeps_writing_and_no_second_starts(
     lab_real: Any,
-    api: client.ApiClient,  # noqa: F811
+    api: client.ApiClient,
     fence_ns: FenceNamespace,  # noqa: F811
     runner: Callable[..., Runner],  # noqa: F811
     app: tuple[str, Path],

@@ -23,7 +23,6 @@ from test_runner_e2e import (  # noqa: F401 - fixtures are used by name
     SPARE,
     FenceNamespace,
     Runner,
-    api,
     fence_config,
     fence_ns,
     runner,
@@ -83,7 +82,7 @@ def checked_bmc(lab_kube: Any, fence_ns: FenceNamespace) -> Iterator[dict]:  # n
 @pytest.mark.timeout(400)
 def test_a_wrong_bmc_password_is_reported_by_the_next_check_while_the_node_is_healthy(
     lab_kube: Any,
-    api: client.ApiClient,  # noqa: F811
+    api: client.ApiClient,
     fence_ns: FenceNamespace,  # noqa: F811
     runner: Callable[..., Runner],  # noqa: F811
     checked_bmc: dict,

@@ -38,7 +38,7 @@ from noderemedy_runner.executor import Executor
 pytestmark = [pytest.mark.lab, pytest.mark.kube]
 DEAD = "lab-node-1"
 # test_runner_e2e's fixtures, used here under their own names
-api, fence_ns, metal3_ns, runner = e2e.api, e2e.fence_ns, e2e.metal3_ns, e2e.runner
+fence_ns, metal3_ns, runner = e2e.fence_ns, e2e.metal3_ns, e2e.runner
 
 
 def rf_driver(ep: dict, node: str = DEAD) -> RedfishDriver:

@@ -23,7 +23,6 @@ from test_runner_e2e import (  # noqa: F401 - fixtures are used by name
     SPARE,
     FenceNamespace,
     Runner,
-    api,
     conds,
     dead,
     fence_ns,
@@ -81,7 +80,7 @@ def nodemaintenance_crd(api: client.ApiClient) -> Iterator[None]:  # noqa: F811
 @pytest.mark.timeout(400)
 def test_a_node_under_maintenance_is_never_fenced(
     lab_kube: Any,
-    api: client.ApiClient,  # noqa: F811
+    api: client.ApiClient,
     fence_ns: FenceNamespace,  # noqa: F811
     runner: Callable[..., Runner],  # noqa: F811
     dead: str,  # noqa: F811
@@ -166,7 +165,7 @@ def three_control_plane_nodes_down(lab_kube: Any) -> Iterator[list[str]]:
 @pytest.mark.timeout(500)
 def test_three_control_plane_nodes_failing_at_once_one_is_fenced_the_others_wait(
     lab_kube: Any,
-    api: client.ApiClient,  # noqa: F811
+    api: client.ApiClient,
     fence_ns: FenceNamespace,  # noqa: F811
     runner: Callable[..., Runner],  # noqa: F811
     three_control_plane_nodes_down: list[str],
@@ -221,7 +220,7 @@ def _events(api_client: client.ApiClient, obj: dict) -> list[Any]:
 @pytest.mark.timeout(400)
 def test_medik8s_node_lease_is_respected_taken_and_released(
     lab_kube: Any,
-    api: client.ApiClient,  # noqa: F811
+    api: client.ApiClient,
     fence_ns: FenceNamespace,  # noqa: F811
     runner: Callable[..., Runner],  # noqa: F811
     dead: str,  # noqa: F811

@@ -23,7 +23,6 @@ from test_runner_e2e import (  # noqa: F401 - fixtures are used by name
     DEAD,
     FenceNamespace,
     Runner,
-    api,
     events_of,
     fence_ns,
     get_nf,
@@ -109,7 +108,7 @@ def dead_with_its_bmc(lab_kube: Any, fence_ns: FenceNamespace) -> Iterator[str]:
 @pytest.mark.timeout(600)
 def test_a_node_whose_bmc_died_with_it_is_fenced_through_its_pdu_level(
     lab_kube: Any,
-    api: client.ApiClient,  # noqa: F811
+    api: client.ApiClient,
     fence_ns: FenceNamespace,  # noqa: F811
     runner: Callable[..., Runner],  # noqa: F811
     dead_with_its_bmc: str,

@@ -19,7 +19,6 @@ from test_runner_e2e import (  # noqa: F401 - fixtures are used by name
     DEAD,
     FenceNamespace,
     Runner,
-    api,
     conds,
     dead,
     events_of,
@@ -42,7 +41,7 @@ QUIET_WINDOW = 10.0
 @pytest.mark.timeout(500)
 def test_a_nodefence_stopped_by_an_admin_does_nothing_more(
     lab_kube: Any,
-    api: client.ApiClient,  # noqa: F811
+    api: client.ApiClient,
     fence_ns: FenceNamespace,  # noqa: F811
     runner: Callable[..., Runner],  # noqa: F811
     dead: str,  # noqa: F811
@@ -94,7 +93,7 @@ def test_a_nodefence_stopped_by_an_admin_does_nothing_more(
 @pytest.mark.timeout(400)
 def test_an_admin_confirmation_that_the_node_is_down_releases_without_a_device(
     lab_kube: Any,
-    api: client.ApiClient,  # noqa: F811
+    api: client.ApiClient,
     fence_ns: FenceNamespace,  # noqa: F811
     runner: Callable[..., Runner],  # noqa: F811
     dead: str,  # noqa: F811

@@ -36,6 +36,7 @@ def config(period: int = PERIOD) -> str:
 apiVersion: node-remedy/v1alpha
 kind: Configuration
 metadata: {{name: lab}}
+nodeSelector: type=kwok  # the lab's kwok nodes (real nodes may be registered too)
 thresholdConfigs:
 - nodeConditionType: Ready
   nodeConditionStatus: [False, Unknown]

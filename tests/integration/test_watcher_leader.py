@@ -33,6 +33,7 @@ CONFIG = """\
 apiVersion: node-remedy/v1alpha
 kind: Configuration
 metadata: {name: lab}
+nodeSelector: type=kwok  # the lab's kwok nodes (real nodes may be registered too)
 thresholdConfigs:
 - {nodeConditionType: Ready, nodeConditionStatus: [False, Unknown], nodeConditionPeriod: 5s}
 stormGuard: {maxUnhealthy: 1, cooldown: 0s}

@@ -29,6 +29,7 @@ CONFIG = f"""\
 apiVersion: node-remedy/v1alpha
 kind: Configuration
 metadata: {{name: lab}}
+nodeSelector: type=kwok  # the lab's kwok nodes (real nodes may be registered too)
 thresholdConfigs:
 - nodeConditionType: Ready
   nodeConditionStatus: [False, Unknown]

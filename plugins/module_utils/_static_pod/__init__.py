@@ -47,20 +47,11 @@ revision on disk). Lines that are not such objects are ignored (a torn last line
 
 from __future__ import annotations
 
-import traceback
 from typing import Any
 
-try:
-    import yaml
-except ImportError:  # the module reports missing_required_lib("PyYAML")
-    yaml = None
-    HAS_YAML = False
-    YAML_IMPORT_ERROR: str | None = traceback.format_exc()
-else:
-    HAS_YAML = True
-    YAML_IMPORT_ERROR = None
-
 from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.layout import (
+    HAS_YAML,
+    YAML_IMPORT_ERROR,
     InstallerLock,
     Layout,
     write_manifest_atomic,

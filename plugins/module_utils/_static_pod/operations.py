@@ -11,27 +11,17 @@ import json
 import os
 import shutil
 import time
-import traceback
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-try:
-    import yaml
-except ImportError:  # the module reports missing_required_lib("PyYAML")
-    yaml = None
-    HAS_YAML = False
-    YAML_IMPORT_ERROR: str | None = traceback.format_exc()
-else:
-    HAS_YAML = True
-    YAML_IMPORT_ERROR = None
-
 from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.layout import (
     InstallerLock,
     Layout,
     write_manifest_atomic,
+    yaml,
 )
 from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.probes import (
     HttpProber,

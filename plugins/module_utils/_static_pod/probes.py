@@ -9,21 +9,10 @@ from __future__ import annotations
 import contextlib
 import re
 import ssl
-import traceback
 from typing import Any
 from urllib import error as urlerror
 
 from ansible.module_utils.urls import open_url
-
-try:
-    import yaml
-except ImportError:  # the module reports missing_required_lib("PyYAML")
-    yaml = None
-    HAS_YAML = False
-    YAML_IMPORT_ERROR: str | None = traceback.format_exc()
-else:
-    HAS_YAML = True
-    YAML_IMPORT_ERROR = None
 
 from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.layout import (
     Layout,

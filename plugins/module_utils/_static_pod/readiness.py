@@ -7,20 +7,9 @@ retry policy, the choice of the fallback revision, pruning and the fallback anno
 from __future__ import annotations
 
 import json
-import traceback
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
-
-try:
-    import yaml
-except ImportError:  # the module reports missing_required_lib("PyYAML")
-    yaml = None
-    HAS_YAML = False
-    YAML_IMPORT_ERROR: str | None = traceback.format_exc()
-else:
-    HAS_YAML = True
-    YAML_IMPORT_ERROR = None
 
 from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.vocabulary import (
     CRASH_LOOPING,

@@ -7,18 +7,7 @@ fallback annotations, reasons, defaults, the layout argspec and the one error ty
 from __future__ import annotations
 
 import re
-import traceback
 from typing import Any
-
-try:
-    import yaml
-except ImportError:  # the module reports missing_required_lib("PyYAML")
-    yaml = None
-    HAS_YAML = False
-    YAML_IMPORT_ERROR: str | None = traceback.format_exc()
-else:
-    HAS_YAML = True
-    YAML_IMPORT_ERROR = None
 
 # --- vocabulary (OpenShift startup monitor) -------------------------------------------------------
 
