@@ -29,6 +29,7 @@ raises one of the :class:`FenceError` subclasses, whose ``category`` is what mod
 from __future__ import annotations
 
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -127,6 +128,37 @@ def aggregate(states: dict[str, str]) -> str:
         return ON
     others = [s for s in values if s != OFF]
     return others[0] if others else OFF
+
+
+def timing(params: dict[str, Any]) -> dict[str, Any]:
+    """The :data:`FENCE_ARG_SPEC` options of a module's ``params``, as keyword arguments of a
+    :class:`FenceDriver` (``power_timeout``, ``power_wait``, ``retry_on``, ``poll_interval``)."""
+    return {name: params[name] for name in FENCE_ARG_SPEC}
+
+
+def failure(exc: FenceError, evidence: dict[str, Any]) -> dict[str, Any]:
+    """Keyword arguments of ``fail_json`` for a classified fencing error: ``msg``, ``error`` (the
+    class, :attr:`FenceError.category`), ``fence`` (``evidence``: never verified) and the traceback."""
+    return {"msg": str(exc), "error": exc.category, "fence": evidence, "exception": traceback.format_exc()}
+
+
+def power_result(result: FenceResult, evidence: dict[str, Any], diff: bool, **extra: Any) -> dict[str, Any]:
+    """What a power-fencing module returns for ``result``: ``changed``, ``power_state_before``,
+    ``power_state``, the module's ``extra`` keys, ``verify_seconds``, ``attempts`` and ``fence``
+    (``evidence``), with a ``diff`` of the power state when ``diff``. The caller reports
+    ``result.warnings``."""
+    out = {
+        "changed": result.changed,
+        "power_state_before": result.state_before,
+        "power_state": result.state_after,
+        **extra,
+        "verify_seconds": result.verify_seconds,
+        "attempts": result.attempts,
+        "fence": evidence,
+    }
+    if diff:
+        out["diff"] = {"before": {"power": result.state_before}, "after": {"power": result.state_after}}
+    return out
 
 
 def unverified(method: str, target: str, plugs: list[str]) -> dict[str, Any]:

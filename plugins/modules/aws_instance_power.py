@@ -150,7 +150,6 @@ fence:
       sample: 1763712000.25
 """
 
-import traceback  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
 
@@ -166,6 +165,9 @@ from ansible_collections.noderemedy.core.plugins.module_utils._aws import (  # n
 from ansible_collections.noderemedy.core.plugins.module_utils._fence import (  # noqa: E402
     FENCE_ARG_SPEC,
     FenceError,
+    failure,
+    power_result,
+    timing,
     unverified,
 )
 from ansible_collections.noderemedy.core.plugins.module_utils._secret import (  # noqa: E402
@@ -208,10 +210,7 @@ def main() -> None:
             access_key=p["access_key"],
             secret_key=p["secret_key"],
             endpoint_url=p["endpoint_url"],
-            power_timeout=p["power_timeout"],
-            power_wait=p["power_wait"],
-            retry_on=p["retry_on"],
-            poll_interval=p["poll_interval"],
+            **timing(p),
         )
         res = driver.run(p["state"], check_mode=module.check_mode)
     except FenceError as exc:
@@ -220,21 +219,10 @@ def main() -> None:
             if driver
             else unverified("aws", target, [p["plug"] or p["provider_id"] or p["node"]])
         )
-        module.fail_json(msg=str(exc), error=exc.category, fence=fence, exception=traceback.format_exc())
+        module.fail_json(**failure(exc, fence))
     for warning in res.warnings:
         module.warn(warning)
-    result = {
-        "changed": res.changed,
-        "power_state_before": res.state_before,
-        "power_state": res.state_after,
-        "instance_id": driver.instance_id,
-        "verify_seconds": res.verify_seconds,
-        "attempts": res.attempts,
-        "fence": driver.evidence(res),
-    }
-    if module._diff:
-        result["diff"] = {"before": {"power": res.state_before}, "after": {"power": res.state_after}}
-    module.exit_json(**result)
+    module.exit_json(**power_result(res, driver.evidence(res), module._diff, instance_id=driver.instance_id))
 
 
 if __name__ == "__main__":

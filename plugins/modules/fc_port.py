@@ -176,7 +176,6 @@ fence:
       sample: 1763712000.25
 """
 
-import traceback  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
 
@@ -188,6 +187,8 @@ from ansible_collections.noderemedy.core.plugins.module_utils._fc_switch import 
 from ansible_collections.noderemedy.core.plugins.module_utils._fence import (  # noqa: E402
     FENCE_ARG_SPEC,
     FenceError,
+    failure,
+    timing,
     unverified,
 )
 from ansible_collections.noderemedy.core.plugins.module_utils._secret import (  # noqa: E402
@@ -236,21 +237,12 @@ def main() -> None:
             p["plug"],
             profile=p["profile"],
             verify_oper_status=p["verify_oper_status"],
-            power_timeout=p["power_timeout"],
-            power_wait=p["power_wait"],
-            retry_on=p["retry_on"],
-            poll_interval=p["poll_interval"],
+            **timing(p),
         )
         res = driver.run(ACTIONS[p["state"]], check_mode=module.check_mode)
     except FenceError as exc:
-        module.fail_json(
-            msg=str(exc),
-            error=exc.category,
-            fence=driver.evidence(None, WORDS)
-            if driver
-            else unverified("fc", f"{p['ipaddr']}:{p['ipport']}", p["plug"]),
-            exception=traceback.format_exc(),
-        )
+        fallback = unverified("fc", f"{p['ipaddr']}:{p['ipport']}", p["plug"])
+        module.fail_json(**failure(exc, driver.evidence(None, WORDS) if driver else fallback))
     result = {
         "changed": res.changed,
         "state_before": WORDS[res.state_before],

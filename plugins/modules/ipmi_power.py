@@ -166,13 +166,15 @@ fence:
       sample: 1763712000.25
 """
 
-import traceback  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
 
 from ansible_collections.noderemedy.core.plugins.module_utils._fence import (  # noqa: E402
     FENCE_ARG_SPEC,
     FenceError,
+    failure,
+    power_result,
+    timing,
     unverified,
 )
 from ansible_collections.noderemedy.core.plugins.module_utils._ipmi import (  # noqa: E402
@@ -215,10 +217,7 @@ def main() -> None:
             password=p["password"],
             cipher=p["cipher"],
             privlvl=p["privlvl"],
-            power_timeout=p["power_timeout"],
-            power_wait=p["power_wait"],
-            retry_on=p["retry_on"],
-            poll_interval=p["poll_interval"],
+            **timing(p),
         )
         if p["state"] == "reboot" and p["method"] == "cycle":
             cycled = driver.cycle(check_mode=module.check_mode)
@@ -236,24 +235,11 @@ def main() -> None:
             res = driver.run(p["state"], check_mode=module.check_mode)
             for warning in res.warnings:
                 module.warn(warning)
-            result = {
-                "changed": res.changed,
-                "power_state_before": res.state_before,
-                "power_state": res.state_after,
-                "verify_seconds": res.verify_seconds,
-                "attempts": res.attempts,
-                "fence": driver.evidence(res),
-            }
+            result = power_result(res, driver.evidence(res), False)
             before, after = res.state_before, res.state_after
     except FenceError as exc:
-        module.fail_json(
-            msg=str(exc),
-            error=exc.category,
-            fence=driver.evidence(None)
-            if driver
-            else unverified("ipmi", f"{p['ipaddr']}:{p['ipport']}", ["chassis"]),
-            exception=traceback.format_exc(),
-        )
+        fallback = unverified("ipmi", f"{p['ipaddr']}:{p['ipport']}", ["chassis"])
+        module.fail_json(**failure(exc, driver.evidence(None) if driver else fallback))
     if module._diff:
         result["diff"] = {"before": {"power": before}, "after": {"power": after}}
     module.exit_json(**result)

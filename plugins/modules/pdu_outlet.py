@@ -226,13 +226,14 @@ fence:
       sample: 1763712000.25
 """
 
-import traceback  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
 
 from ansible_collections.noderemedy.core.plugins.module_utils._fence import (  # noqa: E402
     FENCE_ARG_SPEC,
     FenceError,
+    failure,
+    timing,
     unverified,
 )
 from ansible_collections.noderemedy.core.plugins.module_utils._pdu import (  # noqa: E402
@@ -300,21 +301,12 @@ def main() -> None:
             client_from_params(p),
             p["plug"],
             profile,
-            power_timeout=p["power_timeout"],
-            power_wait=p["power_wait"],
-            retry_on=p["retry_on"],
-            poll_interval=p["poll_interval"],
+            **timing(p),
         )
         res = driver.run(p["state"], check_mode=module.check_mode)
     except FenceError as exc:
-        module.fail_json(
-            msg=str(exc),
-            error=exc.category,
-            fence=driver.evidence(None)
-            if driver
-            else unverified("pdu", f"{p['ipaddr']}:{p['ipport']}", p["plug"]),
-            exception=traceback.format_exc(),
-        )
+        fallback = unverified("pdu", f"{p['ipaddr']}:{p['ipport']}", p["plug"])
+        module.fail_json(**failure(exc, driver.evidence(None) if driver else fallback))
     for warning in res.warnings:
         module.warn(warning)
     result = {

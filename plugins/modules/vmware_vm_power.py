@@ -136,13 +136,15 @@ fence:
       sample: 1763712000.25
 """
 
-import traceback  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
 
 from ansible_collections.noderemedy.core.plugins.module_utils._fence import (  # noqa: E402
     FENCE_ARG_SPEC,
     FenceError,
+    failure,
+    power_result,
+    timing,
     unverified,
 )
 from ansible_collections.noderemedy.core.plugins.module_utils._secret import (  # noqa: E402
@@ -185,32 +187,16 @@ def main() -> None:
             ipport=p["ipport"],
             ssl_insecure=p["ssl_insecure"],
             ca_path=p["ca_path"],
-            power_timeout=p["power_timeout"],
-            power_wait=p["power_wait"],
-            retry_on=p["retry_on"],
-            poll_interval=p["poll_interval"],
+            **timing(p),
         )
         res = driver.run(p["state"], check_mode=module.check_mode)
     except FenceError as exc:
         module.fail_json(
-            msg=str(exc),
-            error=exc.category,
-            fence=driver.evidence(None) if driver else unverified("vmware", target, [p["plug"]]),
-            exception=traceback.format_exc(),
+            **failure(exc, driver.evidence(None) if driver else unverified("vmware", target, [p["plug"]]))
         )
     for warning in res.warnings:
         module.warn(warning)
-    result = {
-        "changed": res.changed,
-        "power_state_before": res.state_before,
-        "power_state": res.state_after,
-        "verify_seconds": res.verify_seconds,
-        "attempts": res.attempts,
-        "fence": driver.evidence(res),
-    }
-    if module._diff:
-        result["diff"] = {"before": {"power": res.state_before}, "after": {"power": res.state_after}}
-    module.exit_json(**result)
+    module.exit_json(**power_result(res, driver.evidence(res), module._diff))
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ against their doc fragments and module docs (1:1)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -252,7 +253,9 @@ def _module_doc(name: str) -> dict:
     ns: dict = {}
     source = path.read_text()
     start = source.index("DOCUMENTATION")
-    exec(source[start : source.index("\nimport ")], ns)  # docs only
+    end = re.search(r"\n(?:import|from) ", source[start:])
+    assert end is not None, f"{name}: no import after the docs"
+    exec(source[start : start + end.start()], ns)  # docs only
     return {k: yaml.safe_load(ns[k]) for k in ("DOCUMENTATION", "EXAMPLES", "RETURN")}
 
 
