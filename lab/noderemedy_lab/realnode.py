@@ -415,7 +415,8 @@ class RealNodes:
         (d / "cni").mkdir(exist_ok=True)
         pki_dir = Path(self.kube["pki"])
         # unix socket paths are limited to 104 bytes (containerd's ttrpc socket adds ".ttrpc"), and
-        # a test's workdir can be longer: the sockets live under /run/<prefix>/<node>
+        # a test's workdir can be longer: the sockets live under /tmp/<prefix>/<node> (not /run: the
+        # node mounts a /run of its own, and the host's ctr must reach the socket too)
         sockdir = run_dir(self.prefix) / name
         sockdir.mkdir(parents=True, exist_ok=True)
         socket = sockdir / "containerd.sock"
@@ -681,9 +682,9 @@ def leftovers(cfg: LabConfig) -> list[str]:
 
 
 def run_dir(prefix: str) -> Path:
-    """``/run/<prefix>``: the lab's real nodes' containerd sockets (short paths: a unix socket path
-    has at most 104 bytes)."""
-    return Path("/run") / prefix
+    """``/tmp/<prefix>``: the lab's real nodes' containerd sockets (short paths: a unix socket path
+    has at most 104 bytes; seen by the host and by the node, whose own /run hides the host's)."""
+    return Path("/tmp") / prefix
 
 
 def import_image(socket: str, archive: Path, component: str) -> None:

@@ -96,7 +96,6 @@ ALLOWED = [
     ("update", "configmaps/noderemedy-status", "noderemedy-system"),
     ("update", "leases.coordination.k8s.io", "noderemedy-system"),
     ("update", "leases.coordination.k8s.io", "medik8s-leases"),  # medik8s' node Lease convention
-    ("list", "nodemaintenances.nodemaintenance.medik8s.io", None),
 ]
 DENIED = [
     ("get", "secrets", "default"),  # credentials only in its own namespace

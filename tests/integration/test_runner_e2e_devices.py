@@ -349,12 +349,16 @@ def test_kdump_message_releases_before_the_power_step(
         assert obj["status"]["status"] == "Final", obj["status"]
         runs = Executor(r.data_dir / "runs", ROOT / "playbooks")
         iso = runs.recover(private_dir(r, obj), f"{name}-r0-isolation-a0")
-        pm = runs.recover(private_dir(r, obj), f"{name}-r0-power-management-a0")
-        assert iso is not None and iso.succeeded and pm is not None and pm.succeeded, (iso, pm)
+        # the power step's two segments, one run each: ipmi-off, then ipmi-on
+        pm = [runs.recover(private_dir(r, obj), f"{name}-r0-power-management-a0{s}") for s in ("", "-s1")]
+        assert iso is not None and iso.succeeded and all(o is not None and o.succeeded for o in pm), (iso, pm)
         assert [(m.device_type, m.fence.get("verified"), m.fence.get("state")) for m in iso.modules] == [
             ("kdump", True, "kdump")
         ]
-        assert [(m.device_type, m.state) for m in pm.modules] == [("ipmi", "off"), ("ipmi", "on")]
+        assert [(m.device_type, m.state) for o in pm for m in o.modules] == [  # type: ignore[union-attr]
+            ("ipmi", "off"),
+            ("ipmi", "on"),
+        ]
         added = [e for e in events_of(api, obj) if e.reason == "OutOfServiceTaintAdded"]
         assert added and f"verified in run {name}-r0-isolation-a0" in added[0].message, [
             e.message for e in added
