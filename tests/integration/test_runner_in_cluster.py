@@ -104,4 +104,10 @@ def test_the_other_replica_takes_over_when_the_leader_is_killed(deployed):
     other = next(p["metadata"]["name"] for p in pods if p["metadata"]["name"] != leader)
     out = deployed.kubectl("-n", NS, "delete", "pod", leader, "--force", "--grace-period=0")
     assert out.returncode == 0, out.stderr
-    wait_for(lambda: holder(deployed).startswith(other), 60, f"{other} holding the Lease")
+    # the other replica, or the Deployment's replacement pod if it campaigns first: never the
+    # killed leader (its identity would have to renew, and it is gone)
+    new = wait_for(
+        lambda: (h := holder(deployed)) and not h.startswith(leader) and h, 60, "a new Lease holder"
+    )
+    running = {p["metadata"]["name"] for p in kjson(deployed, "-n", NS, "get", "pods")["items"]}
+    assert any(new.startswith(name) for name in running - {leader}), (new, other, running)
