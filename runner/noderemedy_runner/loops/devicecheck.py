@@ -43,8 +43,6 @@ from noderemedy_runner.machines.health import (
 
 log = logging.getLogger(__name__)
 
-#: Seconds per API request of this loop.
-REQUEST_TIMEOUT = 10.0
 #: The playbook of the check run.
 PLAYBOOK = "fence_device_check.yml"
 #: Seconds a device may take to answer one status read (the modules' ``power_timeout``).
@@ -57,9 +55,7 @@ STARTUP_DELAY = 30.0
 def list_fence_configmaps(api: client.ApiClient, namespace: str) -> dict[str, dict[str, Any]]:
     """Every ConfigMap of ``namespace`` named ``fence-config-*`` or ``fence-method-template-*``:
     name → ``{"data", "resourceVersion", "uid"}``. Errors propagate (:class:`~noderemedy_runner.kube.errors.KubeError`)."""
-    resp = kapi(api, client.CoreV1Api).list_namespaced_config_map(
-        namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
-    )
+    resp = kapi(api, client.CoreV1Api).list_namespaced_config_map(namespace, _preload_content=False)
     out: dict[str, dict[str, Any]] = {}
     for item in json.loads(resp.data).get("items") or []:  # type: ignore[attr-defined]
         meta = item.get("metadata") or {}

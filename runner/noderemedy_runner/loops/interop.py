@@ -1,7 +1,8 @@
 """What the start guards (:mod:`noderemedy_runner.machines.guards`) need from the cluster, read when a
 NodeFence is about to start a fencing step: the Nodes (control-plane role, Ready), the other live
 NodeFences, node-maintenance-operator's NodeMaintenance objects (when its CRD is installed) and
-the node's medik8s Lease. Every request carries ``_request_timeout``; errors propagate.
+the node's medik8s Lease. Every request goes through the runner's Kubernetes layer (a timeout on
+each call, :class:`~noderemedy_runner.kube.errors.KubeError`); errors propagate.
 """
 
 from __future__ import annotations
@@ -33,9 +34,6 @@ from noderemedy_runner.machines.guards import (
 )
 from noderemedy_runner.machines.nodefence import NodeFencePolicy, NodeFenceStatus, is_terminal
 
-#: Seconds per API request.
-REQUEST_TIMEOUT = 10.0
-
 
 def _items(resp: Any) -> list[dict[str, Any]]:
     return list(json.loads(resp.data).get("items") or [])
@@ -43,9 +41,7 @@ def _items(resp: Any) -> list[dict[str, Any]]:
 
 def list_nodes(api: client.ApiClient) -> list[dict[str, Any]]:
     """Every Node (as JSON dicts)."""
-    return _items(
-        kapi(api, client.CoreV1Api).list_node(_preload_content=False, _request_timeout=REQUEST_TIMEOUT)
-    )
+    return _items(kapi(api, client.CoreV1Api).list_node(_preload_content=False))
 
 
 def list_nodemaintenances(api: client.ApiClient) -> list[dict[str, Any]]:
@@ -53,7 +49,7 @@ def list_nodemaintenances(api: client.ApiClient) -> list[dict[str, Any]]:
     group, version, plural, _kind = NODEMAINTENANCE
     try:
         resp = kapi(api, client.CustomObjectsApi).list_cluster_custom_object(
-            group, version, plural, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
+            group, version, plural, _preload_content=False
         )
     except NotFound:
         return []
@@ -65,7 +61,6 @@ def read_medik8s_lease(api: client.ApiClient, node: str) -> dict[str, Any] | Non
     try:
         resp = kapi(api, client.CoordinationV1Api).read_namespaced_lease(
             medik8s_lease_name(node), MEDIK8S_LEASE_NAMESPACE, _preload_content=False,
-            _request_timeout=REQUEST_TIMEOUT,
         )  # fmt: skip
     except NotFound:
         return None
@@ -117,9 +112,7 @@ def take_medik8s_lease(api: client.ApiClient, node: Mapping[str, Any], now: floa
     current = read_medik8s_lease(api, name)
     if current is None:
         try:
-            coord.create_namespaced_lease(
-                MEDIK8S_LEASE_NAMESPACE, _lease(node, stamp, stamp, 0), _request_timeout=REQUEST_TIMEOUT
-            )
+            coord.create_namespaced_lease(MEDIK8S_LEASE_NAMESPACE, _lease(node, stamp, stamp, 0))
         except NotFound:  # no medik8s-leases namespace
             return None
         except Conflict:  # someone was faster: look again next time
@@ -135,9 +128,7 @@ def take_medik8s_lease(api: client.ApiClient, node: Mapping[str, Any], now: floa
     acquire = datetime.fromisoformat(str(spec["acquireTime"]).replace("Z", "+00:00")) if ours else stamp
     body = _lease(node, acquire, stamp, transitions if ours else transitions + 1, meta.get("resourceVersion"))
     try:
-        coord.replace_namespaced_lease(
-            medik8s_lease_name(name), MEDIK8S_LEASE_NAMESPACE, body, _request_timeout=REQUEST_TIMEOUT
-        )
+        coord.replace_namespaced_lease(medik8s_lease_name(name), MEDIK8S_LEASE_NAMESPACE, body)
     except Conflict:
         return "unknown (changed concurrently)"
     return None
@@ -150,7 +141,7 @@ def release_medik8s_lease(api: client.ApiClient, node: str) -> None:
         return
     try:
         kapi(api, client.CoordinationV1Api).delete_namespaced_lease(
-            medik8s_lease_name(node), MEDIK8S_LEASE_NAMESPACE, _request_timeout=REQUEST_TIMEOUT
+            medik8s_lease_name(node), MEDIK8S_LEASE_NAMESPACE
         )
     except NotFound:
         pass
@@ -160,7 +151,7 @@ def list_nodefences(api: client.ApiClient) -> list[dict[str, Any]]:
     """Every NodeFence."""
     group, version, plural, _kind = NODEFENCE
     resp = kapi(api, client.CustomObjectsApi).list_cluster_custom_object(
-        group, version, plural, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
+        group, version, plural, _preload_content=False
     )
     return _items(resp)
 
