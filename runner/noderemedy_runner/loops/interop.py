@@ -197,7 +197,13 @@ def start_holds(
     max_power_fencing: int,
 ) -> dict[str, Hold]:
     """For NodeFence ``obj`` of ``node``: per step (Isolation, PowerManagement), the guard that
-    holds it now, if any (:func:`noderemedy_runner.machines.guards.start_hold`)."""
+    holds it now, if any (:func:`noderemedy_runner.machines.guards.start_hold`).
+
+    The NodeMaintenances are read before the Nodes: an admin who hands a node from a
+    NodeMaintenance over to the maintenance annotation sets the annotation first, then deletes the
+    NodeMaintenance; read in this order, a list that no longer shows the NodeMaintenance is
+    followed by a Node read that already shows the annotation, so no instant looks free."""
+    nodemaintenances = list_nodemaintenances(api)
     nodes = list_nodes(api)
     control_plane = frozenset(str(n["metadata"]["name"]) for n in nodes if is_control_plane(n))
     ready = frozenset(str(n["metadata"]["name"]) for n in nodes if ready_condition(n)[0])
@@ -212,7 +218,7 @@ def start_holds(
     maintenance: dict[str, str] = {}
     this = next((n for n in nodes if n["metadata"]["name"] == node), None)
     if this is not None:
-        why = maintenance_of(this, list_nodemaintenances(api))
+        why = maintenance_of(this, nodemaintenances)
         if why is not None:
             maintenance[node] = why
     holder = foreign_holder(read_medik8s_lease(api, node), now)
