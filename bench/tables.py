@@ -90,7 +90,11 @@ def fencing(doc: Any, name: str) -> list[str]:
         ]
         for e in doc.get("entries") or []
     ]
-    return lines + _table(["case", "ours", "anchor", "anchor time", "ratio", "target ratio", "met"], rows)
+    table = _table(["case", "ours", "anchor", "anchor time", "ratio", "target ratio", "met"], rows)
+    missing = doc.get("not_measured") or {}
+    if missing:
+        table += ["", "Not measured:", ""] + [f"* {what}: {why}" for what, why in missing.items()]
+    return lines + table
 
 
 def drain(doc: Any, name: str) -> list[str]:
