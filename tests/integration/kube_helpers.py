@@ -141,23 +141,6 @@ def identity(lab: Any, tmp_path: Path, user: str) -> Path:
     return pki.write_kubeconfig(tmp_path / f"{user}.kubeconfig", lab.info["kube"]["server"], work, user)
 
 
-def prefer_node(preferred: str, allowed: list[str]) -> dict:
-    """A pod ``affinity`` that allows only the nodes ``allowed`` and prefers ``preferred``: the pod
-    starts on ``preferred`` and, once that node is gone, can only move to the others."""
-
-    def hostname_in(nodes: list[str]) -> dict:
-        return {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": nodes}]}
-
-    return {
-        "nodeAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [hostname_in(allowed)]},
-            "preferredDuringSchedulingIgnoredDuringExecution": [
-                {"weight": 100, "preference": hostname_in([preferred])}
-            ],
-        }
-    }
-
-
 def statefulset(namespace: str, name: str, pod_spec: dict, **spec: Any) -> dict:
     """A one-replica StatefulSet manifest ``namespace/name`` (label ``app: <name>``) running
     ``pod_spec``; ``spec`` adds fields such as ``volumeClaimTemplates``."""

@@ -10,8 +10,10 @@ StatefulSet's other allowed node). Teardown removes the taint and powers the nod
 from __future__ import annotations
 
 import pytest
-from kube_helpers import apply, fence_task, kjson, prefer_node, statefulset, wait_for
+from kube_helpers import apply, fence_task, kjson, statefulset, wait_for
 from kube_helpers import namespace as kube_namespace
+
+from noderemedy_lab.workload import prefer_node
 
 pytestmark = [pytest.mark.lab, pytest.mark.kube]
 

@@ -23,11 +23,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kube_helpers import apply, kjson, prefer_node, statefulset, wait_for
+from kube_helpers import apply, kjson, statefulset, wait_for
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 from runner_harness import Runner, delete_nodefences
 
+from noderemedy_lab.workload import prefer_node
 from noderemedy_runner.executor import Executor, private_dir_name
 from noderemedy_runner.kube.errors import Conflict
 from noderemedy_runner.kube.resources import NODEFENCE as NF_CRD

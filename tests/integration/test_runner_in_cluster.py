@@ -19,6 +19,7 @@ in their own namespace:
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
 import uuid
@@ -92,6 +93,23 @@ def holder(lab) -> str:
     return lease["spec"].get("holderIdentity") or ""
 
 
+def forbidden(logs: str) -> list[str]:
+    """The runner's JSON log lines that report a 403 (their timestamps left out: a time such as
+    ``12:55:45.403Z`` is not a refusal)."""
+    out = []
+    for line in logs.splitlines():
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            doc = line
+        if isinstance(doc, dict):
+            doc.pop("time", None)
+        text = json.dumps(doc)
+        if re.search(r"\b403\b|[Ff]orbidden", text):
+            out.append(line)
+    return out
+
+
 def test_two_replicas_run_on_real_nodes_with_their_service_account(deployed):
     pods = wait_for(lambda: two_ready(deployed), 180, "two Ready runner pods")
     real = set(deployed.info["real_nodes"])
@@ -110,7 +128,7 @@ def test_two_replicas_run_on_real_nodes_with_their_service_account(deployed):
     )
     for name in names:
         logs = deployed.kubectl("-n", NS, "logs", name).stdout
-        assert "403" not in logs, logs[-3000:]
+        assert not forbidden(logs), logs[-3000:]
         metrics = deployed.kubectl(
             "-n", NS, "exec", name, "--", "python3", "-c",
             "import urllib.request as u; print(u.urlopen('http://127.0.0.1:8080/metrics').read().decode())",
@@ -195,9 +213,9 @@ def test_a_nodefence_completes_when_the_leader_pod_is_killed_during_it(
     assert final["status"]["status"] == "Final", final["status"]
     power, sets = device_log(deployed, node)
     # the replay after the takeover repeats at most the segment in flight, which is idempotent:
-    # the node was switched off, then on, and never cut again after it came back
-    cycle = power[len(before[0]) :].split()
-    assert cycle and cycle[-1] == "1" and "0" in cycle and "0" not in cycle[cycle.index("1") :], cycle
+    # the node (already off: its BMC logs changes only) was switched on, and never cut again after
+    cycle = [line.split()[-1] for line in power[len(before[0]) :].splitlines() if line.strip()]
+    assert cycle and cycle[-1] == "1" and "0" not in cycle[cycle.index("1") :], cycle
     fc = [str(row[2]) for row in sets[len(before[1]) :]]
     assert fc and fc[0] == "2" and fc[-1] == "1", fc
     print(f"\nFIGURE leader killed: new holder {new} after {took_over:.1f} s; power {cycle}; FC {fc}")
