@@ -347,8 +347,7 @@ class NodeFenceReconciler:
         if outcome.status == "canceled":
             return False
         now = self.clock()
-        methods = list(action.extravars.get("methods") or [])
-        reading, evidence = fence_reading(node, methods, outcome, now)
+        reading, evidence = fence_reading(node, outcome, now)
         if reading is not None and reading.fenced and evidence is not None:
             held.reading, held.evidence = reading, dict(evidence)
             method = str(evidence.get("method", "")) or reading.kind
