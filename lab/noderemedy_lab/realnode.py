@@ -117,9 +117,11 @@ def cgroup_pids(rel: str) -> set[int]:
         base = hier / rel.strip("/")
         if not base.exists():
             continue
-        for procs in base.rglob("cgroup.procs"):
-            with contextlib.suppress(OSError, ValueError):
-                out.update(int(p) for p in procs.read_text().split())
+        # os.walk, not rglob: a cgroup the kubelet removes meanwhile is skipped, not an error
+        for dirpath, _dirs, files in os.walk(base):
+            if "cgroup.procs" in files:
+                with contextlib.suppress(OSError, ValueError):
+                    out.update(int(p) for p in Path(dirpath, "cgroup.procs").read_text().split())
     return out
 
 
