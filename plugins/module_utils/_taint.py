@@ -345,7 +345,9 @@ class NodeTaints:
             if tolerates(pod, taint):
                 continue
             meta = pod.get("metadata") or {}
-            path = f"/api/v1/namespaces/{quote(meta['namespace'], safe='')}/pods/{quote(meta['name'], safe='')}"
+            path = (
+                f"/api/v1/namespaces/{quote(meta['namespace'], safe='')}/pods/{quote(meta['name'], safe='')}"
+            )
             body = {"gracePeriodSeconds": 0, "preconditions": {"uid": meta.get("uid")}}
             try:
                 request(self.client, "DELETE", path, body=body)
