@@ -309,8 +309,12 @@ def ensure_binaries(progress: Callable[[str], None] | None = None, node: bool = 
         build_kubernetes(say)
     node_todo = tuple(name for name in NODE_COMMANDS if name in todo)
     if node_todo:
-        say(f"building the real nodes' {' and '.join(node_todo)} v{KUBERNETES_VERSION} (first time: ~4 min)")
-        build_kubernetes(say, node_todo)
+        what = " and ".join(node_todo)
+        say(f"building the real nodes' {what} v{KUBERNETES_VERSION} (first time: ~4 min)")
+        try:
+            build_kubernetes(say, node_todo)
+        except ComponentError as exc:
+            raise ComponentError(f"build {what}", str(exc)) from exc
     if "kwok" in todo:
         say(f"building kwok v{KWOK_VERSION}")
         _go_install("sigs.k8s.io/kwok/cmd/kwok", KWOK_VERSION, _bin_dirs()["kwok"], "kwok", say)
