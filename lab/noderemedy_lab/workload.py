@@ -67,6 +67,12 @@ def writer_statefulset(
         ],
         "volumes": [{"name": "shared", "hostPath": {"path": SHARED_MOUNT, "type": "Directory"}}],
     }
+    return statefulset(namespace, name, pod, updateStrategy={"type": "OnDelete"})
+
+
+def statefulset(namespace: str, name: str, pod_spec: dict, **spec: Any) -> dict:
+    """A one-replica StatefulSet manifest ``namespace/name`` (label ``app: <name>``) running
+    ``pod_spec``; ``spec`` adds fields such as ``volumeClaimTemplates``."""
     return {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
@@ -75,8 +81,8 @@ def writer_statefulset(
             "replicas": 1,
             "serviceName": name,
             "selector": {"matchLabels": {"app": name}},
-            "template": {"metadata": {"labels": {"app": name}}, "spec": pod},
-            "updateStrategy": {"type": "OnDelete"},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": pod_spec},
+            **spec,
         },
     }
 

@@ -67,37 +67,29 @@ class FenceNamespace:
     def __init__(self, lab: Any, core: client.CoreV1Api, name: str, host: str | None = None) -> None:
         self.lab, self.core, self.name, self.host = lab, core, name, host
 
+    def secret(self, name: str, data: dict[str, str]) -> None:
+        """Secret ``name`` with ``data`` (stringData)."""
+        self.put("secret", {"metadata": {"name": name}, "stringData": data})
+
+    def template(self, name: str, properties: str) -> None:
+        """Fence method template ConfigMap ``name`` (``template.properties``)."""
+        self.put("config_map", {"metadata": {"name": name}, "data": {"template.properties": properties}})
+
     def fill(self) -> None:
         """The FC switch's template and Secret, and per lab node its BMC's template and Secret and
         the :meth:`standard` fence configuration."""
         dev = self.lab.info["devices"]
         fc = dev["snmp"]["fc"]
-        self.put("secret", {"metadata": {"name": "fc-switch"}, "stringData": {"community": fc["community"]}})
-        self.put(
-            "config_map",
-            {
-                "metadata": {"name": "fence-method-template-fc"},
-                "data": {
-                    "template.properties": f"type=fc\nmodel=ifmib\naddress={self.host or fc['host']}:{fc['port']}\nsecret=fc-switch\nsnmp_version=2c\n"
-                },
-            },
+        self.secret("fc-switch", {"community": fc["community"]})
+        self.template(
+            "fence-method-template-fc",
+            f"type=fc\nmodel=ifmib\naddress={self.host or fc['host']}:{fc['port']}\nsecret=fc-switch\nsnmp_version=2c\n",
         )
         for node, bmc in dev["bmcs"].items():
-            self.put(
-                "secret",
-                {
-                    "metadata": {"name": f"bmc-{node}"},
-                    "stringData": {"username": bmc["username"], "password": bmc["password"]},
-                },
-            )
-            self.put(
-                "config_map",
-                {
-                    "metadata": {"name": f"fence-method-template-ipmi-{node}"},
-                    "data": {
-                        "template.properties": f"type=ipmi\naddress={self.host or bmc['host']}:{bmc['port']}\nsecret=bmc-{node}\ncipher=3\n"
-                    },
-                },
+            self.secret(f"bmc-{node}", {"username": bmc["username"], "password": bmc["password"]})
+            self.template(
+                f"fence-method-template-ipmi-{node}",
+                f"type=ipmi\naddress={self.host or bmc['host']}:{bmc['port']}\nsecret=bmc-{node}\ncipher=3\n",
             )
             self.standard(node)
 

@@ -12,8 +12,8 @@ in their own namespace:
 
 * the leader pod force-deleted while a NodeFence of a kwok node is in flight: another replica
   takes over and the NodeFence completes, each device touched once per direction;
-* a partitioned real node (its writer still running) fenced before its StatefulSet pod runs
-  elsewhere: zero overlapping writes on the shared storage.
+* a partitioned real node (its writer still running) and a powered-off real node fenced before
+  their StatefulSet pod runs elsewhere: zero overlapping writes on the shared storage.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from runner_harness import delete_nodefences
 from test_real_node_fencing import (  # noqa: F401 - fixtures are used by name
     app,
     partitioned,
+    powered_off,
     scenario,
 )
 from test_runner_e2e import OOS, FenceNamespace, get_nf, nodefence
@@ -222,16 +223,22 @@ def test_a_nodefence_completes_when_the_leader_pod_is_killed_during_it(
 
 
 @pytest.mark.timeout(600)
-def test_the_runner_pods_fence_a_partitioned_real_node_before_its_pod_runs_elsewhere(
+@pytest.mark.parametrize("kind", ["partition", "power_cut"])
+def test_the_runner_pods_fence_a_failed_real_node_before_its_pod_runs_elsewhere(
     deployed: Any,
     api: client.ApiClient,
     cluster_fences: FenceNamespace,
     app: tuple[str, Path],  # noqa: F811
-    partitioned: str,  # noqa: F811
+    kind: str,
+    request: pytest.FixtureRequest,
     tmp_path: Path,
 ) -> None:
+    """partition: the node's link down, its writer alive until the FC fence cuts it off (the
+    fence's power cycle brings the link back, as a reboot does); power_cut: through its BMC."""
     ns, shared = app
+    node = request.getfixturevalue("partitioned" if kind == "partition" else "powered_off")
     leader_pod(deployed)
+    fail = deployed.partition if kind == "partition" else deployed.power_off
     no_runner: Callable[[], None] = lambda: None  # noqa: E731 - the Deployment's pods are the runner
     fig = scenario(
         deployed,
@@ -239,11 +246,14 @@ def test_the_runner_pods_fence_a_partitioned_real_node_before_its_pod_runs_elsew
         no_runner,  # type: ignore[arg-type]
         ns,
         shared,
-        partitioned,
-        lambda: deployed.partition(partitioned),
+        node,
+        lambda: fail(node),
         tmp_path,
-        on_power_off=lambda: deployed.heal(partitioned),
+        on_power_off=(lambda: deployed.heal(node)) if kind == "partition" else None,
     )
-    print(f"\nFIGURE in-cluster partition: {fig}")
-    assert fig["old_writer_last_s"] > 0, fig
+    print(f"\nFIGURE in-cluster {kind}: {fig}")
+    if kind == "partition":
+        assert fig["old_writer_last_s"] > 0, fig  # alive after the partition, until the fence
+    else:
+        assert fig["old_writer_last_s"] <= 0, "a container of the powered-off node wrote after the cut"
     assert fig["overlapping_writes"] == 0, fig
