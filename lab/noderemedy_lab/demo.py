@@ -499,7 +499,8 @@ def write_results(figures: dict[str, dict], cfg: LabConfig, period: int) -> None
         f"detection period {period} s); scenarios: power cut and network partition of web-0's real node",
         "cases": [{"case": case, "seconds": secs} for case, secs in timeline.items()],
         "scenarios": figures,
-        "load_average": os.getloadavg(),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
     }
     out.write_text(json.dumps(doc, indent=1) + "\n")
     _say(f"-- figures written to {out}")
