@@ -204,6 +204,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="ansible-runner working directories (default: $NODEREMEDY_DATA_DIR or %(default)s)",
     )
     act.add_argument(
+        "--executor",
+        choices=("inprocess", "job"),
+        default="inprocess",
+        help="where playbook runs happen: in this process (default), or as remediation pods -- a "
+        "Kubernetes Job per run from this pod's own image, ServiceAccount and placement, never on "
+        "the node being fenced (only in a pod: POD_NAME/POD_NAMESPACE; docs/runner.md)",
+    )
+    act.add_argument(
+        "--job-run",
+        action="store_true",
+        help="be a remediation pod: run the one playbook run in $NODEREMEDY_JOB, write its outcome "
+        "to the termination message and exit (what --executor job starts)",
+    )
+    act.add_argument(
         "--playbook-dir",
         type=Path,
         default=None,
@@ -382,6 +396,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     _positive(parser, args)
     setup_logs(args.log_level)
+    if args.job_run:
+        from noderemedy_runner.jobs import job_run
+
+        return job_run(args.playbook_dir)
 
     api: Any = None
     needs_api = not args.check_config or (args.config or "").startswith("configmap:")
@@ -402,6 +420,16 @@ def main(argv: list[str] | None = None) -> int:
     for warning in configs.warnings:
         log.warning(warning)
 
+    job_pod = None
+    if args.executor == "job" and not args.detect_only:
+        from noderemedy_runner.jobs import own_pod
+        from noderemedy_runner.kube.errors import KubeError
+
+        try:
+            job_pod = own_pod(api)
+        except (ValueError, KubeError) as exc:
+            print(f"noderemedy-runner: error: --executor job: {exc}", file=sys.stderr)
+            return 2
     identity = args.identity or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
     metrics = Metrics()
     health = Health()
@@ -483,6 +511,7 @@ def main(argv: list[str] | None = None) -> int:
                 poll_interval=args.poll_interval,
                 extra_env=dict(item.split("=", 1) for item in args.run_env),
                 device_check_interval=args.device_check_interval,
+                job_pod=job_pod,
             )
             metrics.count_runs_in_flight(lambda: watcher.executor.in_flight)
             w = threading.Thread(target=watcher.run, args=(work_stop,), name="watcher", daemon=True)

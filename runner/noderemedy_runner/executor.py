@@ -553,9 +553,7 @@ class Executor:
         playbook = self.playbook_dir / action.playbook
         if not playbook.is_file():
             raise ExecutorError(f"playbook {playbook} not found (action {action.kind})")
-        run_ident = ident or action.ident or f"{action.kind}-{int(time.time() * 1000)}"
-        if not _IDENT_RE.match(run_ident):
-            raise ExecutorError(f"ident {run_ident!r} is not [A-Za-z0-9._-], at most 253 characters")
+        run_ident = check_ident(ident or action.ident or f"{action.kind}-{int(time.time() * 1000)}")
         extravars = dict(action.extravars)
         if extra_extravars:
             # the same references-only check as Action's (raises ActionError)
@@ -636,6 +634,15 @@ class Executor:
         )
 
 
+def check_ident(ident: str) -> str:
+    """``ident`` when it is a usable run ident (``[A-Za-z0-9._-]``, at most 253 characters,
+    starting alphanumeric: ansible-runner's artifacts dir and a Job name come from it); raises
+    :class:`ExecutorError` naming it otherwise."""
+    if not _IDENT_RE.match(ident):
+        raise ExecutorError(f"ident {ident!r} is not [A-Za-z0-9._-], at most 253 characters")
+    return ident
+
+
 def _event_counter(path: Path) -> int:
     head = path.name.split("-", 1)[0]
     return int(head) if head.isdigit() else 0
@@ -653,6 +660,7 @@ __all__ = [
     "RunOutcome",
     "Slots",
     "StepEvidence",
+    "check_ident",
     "evidence_from_events",
     "fence_reading",
     "link_collection",

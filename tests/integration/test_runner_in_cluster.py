@@ -13,7 +13,8 @@ in their own namespace:
 * the leader pod force-deleted while a NodeFence of a kwok node is in flight: another replica
   takes over and the NodeFence completes, each device touched once per direction;
 * a partitioned real node (its writer still running) and a powered-off real node fenced before
-  their StatefulSet pod runs elsewhere: zero overlapping writes on the shared storage.
+  their StatefulSet pod runs elsewhere: zero overlapping writes on the shared storage;
+* with ``--executor job``, every run of a NodeFence as a remediation pod (a Job).
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ from test_real_node_fencing import (  # noqa: F401 - fixtures are used by name
 )
 from test_runner_e2e import OOS, FenceNamespace, get_nf, nodefence
 from test_runner_guards import device_log
+
+from noderemedy_runner.jobs import job_name
 
 pytestmark = [pytest.mark.lab, pytest.mark.kube]
 
@@ -165,9 +168,15 @@ def cluster_fences(deployed: Any, api: client.ApiClient) -> Iterator[FenceNamesp
 
 
 def leader_pod(lab: Any) -> str:
-    pods = wait_for(lambda: two_ready(lab), 180, "two Ready runner pods")
-    lead = wait_for(lambda: holder(lab), 60, "a Lease holder")
-    return next(p["metadata"]["name"] for p in pods if lead.startswith(p["metadata"]["name"]))
+    """The Ready runner pod holding the leader Lease (after a rollout the Lease may still name a
+    pod that is gone until it expires)."""
+    wait_for(lambda: two_ready(lab), 180, "two Ready runner pods")
+
+    def lead() -> str | None:
+        h = holder(lab)
+        return next((n for p in two_ready(lab) or [] if h.startswith(n := p["metadata"]["name"])), None)
+
+    return str(wait_for(lead, 90, "a Ready runner pod holding the Lease"))
 
 
 @pytest.fixture
@@ -257,3 +266,51 @@ def test_the_runner_pods_fence_a_failed_real_node_before_its_pod_runs_elsewhere(
     else:
         assert fig["old_writer_last_s"] <= 0, "a container of the powered-off node wrote after the cut"
     assert fig["overlapping_writes"] == 0, fig
+
+
+@pytest.mark.timeout(600)
+def test_with_the_job_executor_every_run_is_a_remediation_pod_and_the_nodefence_completes(
+    deployed: Any, api: client.ApiClient, cluster_fences: FenceNamespace, kwok_dead: str
+) -> None:
+    """``--executor job`` (the last test of the module: the Deployment keeps it): every playbook run
+    of a NodeFence is a Job of the runner's image, named after the run, owned by the NodeFence,
+    never on the fenced node, carrying no credential; the NodeFence reaches Final."""
+    patch = [{"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": "--executor=job"}]
+    out = deployed.kubectl(
+        "-n", NS, "patch", "deployment", "noderemedy-runner", "--type=json", "-p", json.dumps(patch)
+    )
+    assert out.returncode == 0, out.stderr
+    out = deployed.kubectl("-n", NS, "rollout", "status", "deployment/noderemedy-runner", "--timeout=180s")
+    assert out.returncode == 0, out.stdout + out.stderr
+    leader_pod(deployed)
+    node = kwok_dead
+    co = client.CustomObjectsApi(api)
+    name = f"nf-jobs-{uuid.uuid4().hex[:6]}"
+    created = nodefence(co, name, node)
+    final = wait_for(
+        lambda: (o := get_nf(co, name)) and (o.get("status") or {}).get("status") in ("Final", "Error") and o,
+        400,
+        "the NodeFence Final",
+    )
+    assert final["status"]["status"] == "Final", final["status"]
+    jobs = {j["metadata"]["name"]: j for j in kjson(deployed, "-n", NS, "get", "jobs")["items"]}
+    assert final["status"]["jobs"], final["status"]
+    for ident in final["status"]["jobs"]:
+        job = jobs[job_name(ident)]  # every finished run was a Job of that name
+        assert job["spec"]["backoffLimit"] == 0
+        assert [r["uid"] for r in job["metadata"]["ownerReferences"]] == [created["metadata"]["uid"]]
+        assert (job.get("status") or {}).get("succeeded") == 1, (ident, job.get("status"))
+    pods = kjson(deployed, "-n", NS, "get", "pods", "-l", "app.kubernetes.io/component=remediation")["items"]
+    assert pods and all(p["spec"]["nodeName"] in deployed.info["real_nodes"] for p in pods)
+    assert all(p["spec"]["nodeName"] != node for p in pods)
+    # references only: no credential of the lab's devices in any Job or pod spec, or pod log
+    dev = deployed.info["devices"]
+    secrets = [b["password"] for b in dev["bmcs"].values()] + [d["community"] for d in dev["snmp"].values()]
+    specs = deployed.kubectl("-n", NS, "get", "jobs,pods", "-o", "json").stdout
+    logs = "".join(deployed.kubectl("-n", NS, "logs", p["metadata"]["name"]).stdout for p in pods)
+    events = deployed.kubectl("get", "events", "-A", "-o", "json").stdout
+    leaked = [s for s in secrets if s in specs or s in logs or s in events]
+    assert not leaked, "a credential appeared in a Job, a pod, a log or an Event"
+    print(
+        f"\nFIGURE job executor: {len(final['status']['jobs'])} runs as Jobs on {sorted({p['spec']['nodeName'] for p in pods})}"
+    )

@@ -39,7 +39,9 @@ BAREMETALHOST: CRD = ("metal3.io", "v1alpha1", "baremetalhosts", "BareMetalHost"
 MACHINE: CRD = ("cluster.x-k8s.io", "v1beta1", "machines", "Machine")
 
 
-def _json(resp: Any) -> dict[str, Any]:
+def read_json(resp: Any) -> dict[str, Any]:
+    """The JSON object of a raw answer (a call made with ``_preload_content=False``); KubeError
+    when it is not an object."""
     data = json.loads(resp.data)
     if not isinstance(data, dict):
         raise KubeError(f"unexpected answer: {type(data).__name__}")
@@ -87,7 +89,7 @@ class KubeIO:
                 )
         except NotFound:
             return []
-        return [dict(i) for i in _json(resp).get("items") or []]
+        return [dict(i) for i in read_json(resp).get("items") or []]
 
     def get_custom(self, crd: CRD, name: str, namespace: str | None = None) -> dict[str, Any] | None:
         """One object of ``crd``, or None when it does not exist."""
@@ -103,19 +105,19 @@ class KubeIO:
                 )
         except NotFound:
             return None
-        return _json(resp)
+        return read_json(resp)
 
     def get_node(self, name: str) -> dict[str, Any] | None:
         """The Node, or None when it does not exist."""
         try:
-            return _json(self.core.read_node(name, _preload_content=False))
+            return read_json(self.core.read_node(name, _preload_content=False))
         except NotFound:
             return None
 
     def get_configmap_data(self, namespace: str, name: str) -> dict[str, Any] | None:
         """``data`` of ConfigMap ``namespace/name`` ({} when empty), or None when it does not exist."""
         try:
-            obj = _json(self.core.read_namespaced_config_map(name, namespace, _preload_content=False))
+            obj = read_json(self.core.read_namespaced_config_map(name, namespace, _preload_content=False))
         except NotFound:
             return None
         return dict(obj.get("data") or {})
@@ -125,7 +127,7 @@ class KubeIO:
         resp = self.core.list_pod_for_all_namespaces(
             field_selector=f"spec.nodeName={node}", _preload_content=False
         )
-        return [dict(p) for p in _json(resp).get("items") or []]
+        return [dict(p) for p in read_json(resp).get("items") or []]
 
     # --- writes ----------------------------------------------------------------------------
     def replace_status(self, crd: CRD, obj: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str, Any]:
@@ -149,7 +151,7 @@ class KubeIO:
             resp = self.custom.replace_cluster_custom_object_status(
                 group, version, plural, name, body, _preload_content=False
             )
-        return _json(resp)
+        return read_json(resp)
 
     def patch_finalizers(
         self, crd: CRD, obj: Mapping[str, Any], finalizer: str, present: bool
@@ -164,7 +166,7 @@ class KubeIO:
         resp = self.custom.patch_namespaced_custom_object(
             group, version, meta["namespace"], plural, meta["name"], body, _preload_content=False
         )
-        return _json(resp)
+        return read_json(resp)
 
     def set_machine_condition(self, namespace: str, name: str, condition: Mapping[str, Any]) -> None:
         """Set (add or replace by type) a condition on Machine ``namespace/name``'s status; on a
@@ -197,5 +199,6 @@ __all__ = [
     "NODEFENCE",
     "KubeIO",
     "has_taint",
+    "read_json",
     "ready_condition",
 ]

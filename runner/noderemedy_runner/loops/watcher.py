@@ -19,6 +19,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,25 @@ def default_collection_root() -> Path | None:
     return root if (root / "galaxy.yml").is_file() and (root / "playbooks").is_dir() else None
 
 
+def playbook_root(playbook_dir: Path | None, data_dir: Path) -> tuple[Path, Path | None]:
+    """Where the runs' playbooks are, and the ``ANSIBLE_COLLECTIONS_PATH`` that makes
+    ``noderemedy.core`` importable: ``playbook_dir`` if given, else a checkout's ``playbooks/``
+    (linked as a collection under ``data_dir/collections``), else the installed collection's
+    (the pod image; collections path None: ansible's default). Raises ValueError when there is
+    neither."""
+    root = default_collection_root()
+    collections = link_collection(data_dir / "collections", root) if root is not None else None
+    if playbook_dir is not None:
+        return playbook_dir, collections
+    playbooks = root or installed_collection_root()
+    if playbooks is None:
+        raise ValueError(
+            "playbook_dir is required when running neither from a checkout nor with "
+            "noderemedy.core installed in a collections path"
+        )
+    return playbooks / "playbooks", collections
+
+
 @dataclass
 class _Worker:
     thread: threading.Thread | None = None
@@ -102,6 +122,9 @@ class Watcher:
         idle_requeue: delay after a reconcile with nothing to do (terminal, not opted in), seconds;
             a change of the object's resourceVersion wakes it earlier.
         extra_env: more (non-secret) environment for the runs.
+        job_pod: the runner's own pod (:func:`noderemedy_runner.jobs.own_pod`): runs go as Jobs
+            from its image (:class:`noderemedy_runner.jobs.JobExecutor`); None: in this process.
+            Device checks always run in this process (read-only, and never waiting for a pod).
     """
 
     def __init__(
@@ -126,33 +149,36 @@ class Watcher:
         idle_requeue: float = 30.0,
         extra_env: dict[str, str] | None = None,
         device_check_interval: float = 0.0,
+        job_pod: Mapping[str, Any] | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        root = default_collection_root()
-        if playbook_dir is None:
-            # a checkout's playbooks, else the installed collection's (the pod image)
-            playbooks = root or installed_collection_root()
-            if playbooks is None:
-                raise ValueError(
-                    "playbook_dir is required when running neither from a checkout nor with "
-                    "noderemedy.core installed in a collections path"
-                )
-            playbook_dir = playbooks / "playbooks"
-        if collections_path is None and root is not None:
-            collections_path = link_collection(self.data_dir / "collections", root)
+        found_playbooks, found_collections = playbook_root(playbook_dir, self.data_dir)
+        collections_path = collections_path or found_collections
         self.observer: Observer = observer or NullObserver()
         self.kube = KubeIO(api_client)
-        self.executor = Executor(
-            self.data_dir / "runs",
-            playbook_dir,
-            collections_path=collections_path,
-            kubeconfig=kubeconfig,
-            max_concurrent_runs=max_concurrent_runs,
-            run_deadline=run_deadline,
-            extra_env=extra_env,
-            run_nice=run_nice,
-        )
+        run_options: dict[str, Any] = {
+            "collections_path": collections_path,
+            "kubeconfig": kubeconfig,
+            "max_concurrent_runs": max_concurrent_runs,
+            "run_deadline": run_deadline,
+            "extra_env": extra_env,
+            "run_nice": run_nice,
+        }
+        #: device checks stay in this process: read-only, and they must not wait for a pod
+        self.local_executor = Executor(self.data_dir / "runs", found_playbooks, **run_options)
+        self.executor: Executor = self.local_executor
+        if job_pod is not None:
+            from noderemedy_runner.jobs import JobExecutor
+
+            self.executor = JobExecutor(
+                api_client,
+                self.data_dir / "runs",
+                found_playbooks,
+                namespace=namespace,
+                pod=job_pod,
+                **run_options,
+            )
         self.metal3_selector = metal3_selector
         self.nodefences = NodeFenceReconciler(
             self.kube,
@@ -174,7 +200,7 @@ class Watcher:
             DeviceChecker(
                 api_client,
                 self.kube,
-                self.executor,
+                self.local_executor,
                 namespace=namespace,
                 interval=device_check_interval,
                 observer=self.observer if isinstance(self.observer, HealthObserver) else None,

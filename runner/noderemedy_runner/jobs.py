@@ -1,0 +1,404 @@
+"""Remediation pods: each playbook run of the state machines as a Kubernetes Job from the
+runner's own image, as the node remedy design describes ("On detection remediation pod will be
+executed ... Remediation pod contains the service-account to execute Ansible playbook").
+
+The Job's pod runs ``noderemedy-runner --job-run``: the same in-process :class:`Executor` run, in
+the pod, on the run description in ``$NODEREMEDY_JOB`` (playbook, ident, extravars: references
+only, so the Job spec carries no secret; the fencing modules read their Secrets themselves through
+the pod's ServiceAccount) and the node under remediation in ``$NODEREMEDY_NODE``. It writes the
+run's outcome as JSON to its termination message (``/dev/termination-log``, at most 4,096 bytes:
+:func:`outcome_to_dict` keeps it short), which :class:`JobExecutor` reads back: the exit code and
+the structured summary of the fence evidence, never the pod's log.
+
+The Job (:func:`job_manifest`): ``backoffLimit: 0`` (retries belong to the state machine),
+``activeDeadlineSeconds`` = the run deadline, ``ttlSecondsAfterFinished`` and an owner reference
+to the custom resource clean it up, its pod never lands on the node being fenced (required node
+affinity ``NotIn``) and takes the runner pod's own image, ServiceAccount, security context,
+node selector and tolerations (so it runs wherever the runner may, also while other nodes are
+tainted). The Job's name is the run's ident: a restarted or newly elected runner asking for the
+same run finds the Job, adopts it while it runs, and reads its outcome once it has finished, so
+no run is started twice and no finished result is lost.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, cast
+
+from kubernetes import client
+
+from noderemedy_runner.executor import (
+    Executor,
+    ExecutorError,
+    ModuleResult,
+    Release,
+    RunOutcome,
+    StepEvidence,
+    check_ident,
+)
+from noderemedy_runner.kube.client import api
+from noderemedy_runner.kube.errors import KubeError, NotFound
+from noderemedy_runner.kube.resources import NODEFENCE, read_json
+from noderemedy_runner.machines.actions import Action
+
+log = logging.getLogger(__name__)
+
+#: Environment of the Job's pod: the run (JSON) and the node under remediation.
+JOB_ENV = "NODEREMEDY_JOB"
+NODE_ENV = "NODEREMEDY_NODE"
+#: Where the pod writes its outcome (the container's ``terminationMessagePath``).
+TERMINATION_LOG = "/dev/termination-log"
+#: The kubelet keeps at most this many bytes of a termination message.
+MAX_MESSAGE = 4096
+#: Finished Jobs are deleted this long after they end (seconds), unless their owner goes first.
+JOB_TTL_SECONDS = 3600
+#: Labels on every Job (and its pod) of the runner.
+JOB_LABELS = {
+    "app.kubernetes.io/managed-by": "noderemedy-runner",
+    "app.kubernetes.io/component": "remediation",
+}
+#: Seconds between two reads of a Job in flight.
+POLL_SECONDS = 1.0
+#: Custom resources that own their runs' Jobs: kind -> apiVersion.
+OWNER_KINDS = {NODEFENCE[3]: f"{NODEFENCE[0]}/{NODEFENCE[1]}"}
+
+
+def job_name(ident: str) -> str:
+    """The Job name of run ``ident``: the ident lowercased when it is a DNS-1123 label (at most 63
+    characters), else its first 52 characters and a 10-hex hash of the whole (still unique)."""
+    name = ident.lower().replace("_", "-").replace(".", "-").strip("-")
+    if len(name) <= 63 and name == ident.lower():
+        return name
+    digest = hashlib.sha256(ident.encode()).hexdigest()[:10]
+    return f"{name[:52].rstrip('-')}-{digest}"
+
+
+def outcome_to_dict(outcome: RunOutcome) -> dict[str, Any]:
+    """``outcome`` as JSON-able data for the termination message: everything but the artifact
+    dir; failed task messages are cut so the whole stays under :data:`MAX_MESSAGE` bytes."""
+    doc = asdict(outcome)
+    doc.pop("artifact_dir", None)
+    doc["failed_tasks"] = [t[:300] for t in outcome.failed_tasks[:3]]
+    while len(json.dumps(doc)) > MAX_MESSAGE and doc["modules"]:
+        doc["modules"] = doc["modules"][:-1]  # the evidence and the release stay: the machines need them
+    return doc
+
+
+def outcome_from_dict(doc: Mapping[str, Any], recovered: bool = False) -> RunOutcome:
+    """The :class:`RunOutcome` of a Job's termination message (:func:`outcome_to_dict`).
+    Raises ValueError (naming the field) on a message that is not one."""
+    try:
+        release = doc.get("release")
+        evidence = doc.get("evidence")
+        return RunOutcome(
+            ident=str(doc["ident"]),
+            status=str(doc["status"]),
+            rc=int(doc["rc"]) if doc.get("rc") is not None else None,
+            ok=int(doc.get("ok", 0)),
+            changed=int(doc.get("changed", 0)),
+            failed=int(doc.get("failed", 0)),
+            failed_tasks=tuple(str(t) for t in doc.get("failed_tasks") or ()),
+            modules=tuple(ModuleResult(**m) for m in doc.get("modules") or ()),
+            seconds=float(doc.get("seconds", 0.0)),
+            recovered=recovered,
+            release=Release(**release) if isinstance(release, Mapping) else None,
+            evidence=StepEvidence(**evidence) if isinstance(evidence, Mapping) else None,
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"termination message: not a run outcome ({exc})") from exc
+
+
+def job_manifest(
+    *,
+    name: str,
+    namespace: str,
+    node: str,
+    run: Mapping[str, Any],
+    pod: Mapping[str, Any],
+    deadline: float,
+    owner: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """The Job of one run (pure).
+
+    Args:
+        name: the Job name (:func:`job_name`).
+        namespace: the runner's namespace.
+        node: the node under remediation (``$NODEREMEDY_NODE``; the pod is kept off it).
+        run: the run description the pod executes (``playbook``, ``ident``, ``extravars``:
+            references only, checked by :class:`~noderemedy_runner.machines.actions.Action`).
+        pod: the runner pod's own spec (image, ServiceAccount, security contexts, node selector,
+            tolerations and pull policy are taken from it).
+        deadline: the run deadline, seconds (``activeDeadlineSeconds``).
+        owner: the custom resource (apiVersion, kind, metadata.name/uid) the Job belongs to.
+    """
+    spec = pod.get("spec") or {}
+    runner = (spec.get("containers") or [{}])[0]
+    keep_off = {
+        "matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "NotIn", "values": [node]}]
+    }
+    affinity: dict[str, Any] = {
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [keep_off]}}
+    }
+    container = {
+        "name": "remedy",
+        "image": runner.get("image"),
+        "imagePullPolicy": runner.get("imagePullPolicy", "IfNotPresent"),
+        "args": ["noderemedy-runner", "--job-run"],
+        "env": [
+            {"name": JOB_ENV, "value": json.dumps(dict(run), sort_keys=True)},
+            {"name": NODE_ENV, "value": node},
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        ],
+        "terminationMessagePath": TERMINATION_LOG,
+        "terminationMessagePolicy": "File",
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+    }
+    if runner.get("securityContext"):
+        container["securityContext"] = runner["securityContext"]
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "serviceAccountName": spec.get("serviceAccountName", "default"),
+        "affinity": affinity,
+        "tolerations": list(spec.get("tolerations") or []),
+        "containers": [container],
+        "volumes": [{"name": "tmp", "emptyDir": {}}],
+    }
+    for key in ("securityContext", "nodeSelector", "priorityClassName"):
+        if spec.get(key):
+            pod_spec[key] = spec[key]
+    labels = {**JOB_LABELS, "remediation.noderemedy.io/node": node}
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": labels}
+    if owner is not None:
+        ometa = owner.get("metadata") or {}
+        meta["ownerReferences"] = [
+            {
+                "apiVersion": owner.get("apiVersion"),
+                "kind": owner.get("kind"),
+                "name": ometa.get("name"),
+                "uid": ometa.get("uid"),
+            }
+        ]
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": meta,
+        "spec": {
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": max(1, int(round(deadline))),
+            "ttlSecondsAfterFinished": JOB_TTL_SECONDS,
+            "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+        },
+    }
+
+
+class JobExecutor(Executor):
+    """Runs each playbook action as a Job (module docstring) instead of in this process; the
+    same :meth:`run` contract as :class:`Executor` (slots, deadline, cancel, a finished run not
+    repeated). Device checks and everything else keep the interface.
+
+    Args:
+        api_client: the runner's ApiClient.
+        namespace: where the Jobs are created (the runner's own, where its ServiceAccount lives).
+        pod: the runner pod's own object (:func:`own_pod`).
+        *args, **kwargs: :class:`Executor`'s.
+
+    A cluster-scoped custom resource (NodeFence) owns its runs' Jobs; a namespaced one
+    (Metal3Remediation) cannot own an object of another namespace, so its Jobs rely on their TTL.
+    """
+
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        *args: Any,
+        namespace: str,
+        pod: Mapping[str, Any],
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.namespace = namespace
+        self.pod = pod
+        self.batch = api(api_client, client.BatchV1Api)
+        self.core = api(api_client, client.CoreV1Api)
+
+    def run(
+        self,
+        action: Action,
+        *,
+        kind: str,
+        name: str,
+        namespace: str | None = None,
+        uid: str = "",
+        ident: str | None = None,
+        extra_extravars: Mapping[str, Any] | None = None,
+        cancel: threading.Event | None = None,
+        priority: int = 0,
+    ) -> RunOutcome:
+        """:meth:`Executor.run` as a Job named after the run's ident (see the module docstring)."""
+        if action.playbook is None:
+            raise ExecutorError(f"action {action.kind} has no playbook")
+        run_ident = check_ident(ident or action.ident or f"{action.kind}-{int(time.time() * 1000)}")
+        extravars = dict(action.extravars)
+        if extra_extravars:
+            Action(kind="none", extravars=dict(extra_extravars))  # the references-only check
+            extravars.update(extra_extravars)
+        node = str(extravars.get("node") or "")
+        jname = job_name(run_ident)
+        existing = self._read(jname)
+        if existing is not None:
+            log.info("run %s: Job %s already exists: adopted", run_ident, jname)
+            return self._wait(existing, run_ident, cancel or threading.Event(), recovered=True)
+        cancel = cancel or threading.Event()
+        if not self.slots.acquire(priority, cancel):
+            return RunOutcome(run_ident, "canceled", None)
+        try:
+            group_version = OWNER_KINDS.get(kind)
+            owner = (
+                {"apiVersion": group_version, "kind": kind, "metadata": {"name": name, "uid": uid}}
+                if group_version and uid and namespace is None
+                else None
+            )
+            body = job_manifest(
+                name=jname,
+                namespace=self.namespace,
+                node=node,
+                run={"playbook": action.playbook, "ident": run_ident, "extravars": extravars},
+                pod=self.pod,
+                deadline=self.run_deadline,
+                owner=owner,
+            )
+            log.info("run %s: %s for %s %s as Job %s", run_ident, action.playbook, kind, name, jname)
+            try:
+                created = read_json(
+                    self.batch.create_namespaced_job(self.namespace, cast(Any, body), _preload_content=False)
+                )
+            except KubeError as exc:
+                return RunOutcome(run_ident, "error", None, failed_tasks=(f"Job {jname}: {exc}",))
+            return self._wait(created, run_ident, cancel, recovered=False)
+        finally:
+            self.slots.release()
+
+    def _read(self, jname: str) -> dict[str, Any] | None:
+        try:
+            resp = self.batch.read_namespaced_job(jname, self.namespace, _preload_content=False)
+        except NotFound:
+            return None
+        return read_json(resp)
+
+    def _wait(
+        self, job: Mapping[str, Any], ident: str, cancel: threading.Event, recovered: bool
+    ) -> RunOutcome:
+        """Until Job ``job`` ends (its Complete or Failed condition), then its pod's outcome.
+        ``cancel``: the Job is deleted (its pod with it) and the outcome is ``canceled``."""
+        jname = str(job["metadata"]["name"])
+        started = time.monotonic()
+        while True:
+            conds = {c.get("type"): c for c in (job.get("status") or {}).get("conditions") or []}
+            done = [t for t in ("Complete", "Failed") if (conds.get(t) or {}).get("status") == "True"]
+            if done:
+                return self._outcome(jname, ident, done[0], conds[done[0]], recovered, started)
+            if cancel.wait(POLL_SECONDS):
+                try:
+                    self.batch.delete_namespaced_job(jname, self.namespace, propagation_policy="Background")
+                except NotFound:
+                    pass
+                return RunOutcome(ident, "canceled", None, failed_tasks=("canceled: the Job was deleted",))
+            try:
+                again = self._read(jname)
+            except KubeError as exc:
+                log.warning("run %s: reading Job %s: %s", ident, jname, exc)
+                continue
+            if again is None:
+                return RunOutcome(ident, "error", None, failed_tasks=(f"Job {jname} was deleted",))
+            job = again
+
+    def _outcome(
+        self, jname: str, ident: str, ended: str, cond: Mapping[str, Any], recovered: bool, started: float
+    ) -> RunOutcome:
+        """The outcome from the Job's pod's termination message; a Job that ended without one
+        (deadline, image not found, a pod that never started) is a failed run naming why."""
+        pods = self.core.list_namespaced_pod(
+            self.namespace, label_selector=f"job-name={jname}", _preload_content=False
+        )
+        for pod in read_json(pods).get("items") or []:
+            for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+                term = (cs.get("state") or {}).get("terminated") or {}
+                message = term.get("message")
+                if message:
+                    try:
+                        out = outcome_from_dict(json.loads(message), recovered=recovered)
+                    except ValueError as exc:
+                        return RunOutcome(
+                            ident, "error", term.get("exitCode"), failed_tasks=(f"Job {jname}: {exc}",)
+                        )
+                    log.info("run %s: Job %s %s: %s", ident, jname, ended, out.status)
+                    return out
+        reason = f"{cond.get('reason', ended)}: {cond.get('message', '')}".strip(": ")
+        status = "timeout" if cond.get("reason") == "DeadlineExceeded" else "failed"
+        log.info("run %s: Job %s %s without an outcome (%s)", ident, jname, ended, reason)
+        return RunOutcome(
+            ident,
+            status,
+            None,
+            failed_tasks=(f"Job {jname}: {reason}",),
+            seconds=time.monotonic() - started,
+            recovered=recovered,
+        )
+
+
+def own_pod(api_client: client.ApiClient) -> dict[str, Any]:
+    """The runner's own pod (``$POD_NAME`` in ``$POD_NAMESPACE``, the Deployment's downward API).
+    Raises ValueError when they are not set (the Job executor runs only in a pod)."""
+    name, namespace = os.environ.get("POD_NAME"), os.environ.get("POD_NAMESPACE")
+    if not name or not namespace:
+        raise ValueError("--executor job: POD_NAME and POD_NAMESPACE must be set (it runs in a pod)")
+    core = api(api_client, client.CoreV1Api)
+    return read_json(core.read_namespaced_pod(name, namespace, _preload_content=False))
+
+
+def job_run(playbook_dir: Path | None = None, data_dir: Path = Path("/tmp/noderemedy-job")) -> int:
+    """The remediation pod's side (``noderemedy-runner --job-run``): run ``$NODEREMEDY_JOB`` with
+    the in-process :class:`Executor`, write the outcome to :data:`TERMINATION_LOG`, and exit 0 when
+    the run succeeded, 1 when it did not, 2 when the description is unusable."""
+    from noderemedy_runner.loops.watcher import playbook_root
+
+    try:
+        run = json.loads(os.environ[JOB_ENV])
+        action = Action(kind="none", playbook=str(run["playbook"]), extravars=dict(run["extravars"]))
+        ident = str(run["ident"])
+    except (KeyError, TypeError, ValueError) as exc:
+        print(f"noderemedy-runner --job-run: ${JOB_ENV}: {exc}", file=sys.stderr)
+        return 2
+    playbooks, collections = playbook_root(playbook_dir, data_dir)
+    executor = Executor(data_dir / "runs", playbooks, collections_path=collections, max_concurrent_runs=1)
+    outcome = executor.run(action, kind="Job", name=ident, ident=ident)
+    message = json.dumps(outcome_to_dict(outcome))
+    try:
+        Path(TERMINATION_LOG).write_text(message)
+    except OSError as exc:
+        print(f"noderemedy-runner --job-run: {TERMINATION_LOG}: {exc}", file=sys.stderr)
+    print(outcome.summary(), file=sys.stderr)
+    return 0 if outcome.succeeded else 1
+
+
+__all__ = [
+    "JOB_ENV",
+    "JOB_LABELS",
+    "NODE_ENV",
+    "JobExecutor",
+    "job_manifest",
+    "job_name",
+    "job_run",
+    "outcome_from_dict",
+    "outcome_to_dict",
+    "own_pod",
+]
