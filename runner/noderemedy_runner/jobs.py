@@ -61,6 +61,10 @@ TERMINATION_LOG = "/dev/termination-log"
 MAX_MESSAGE = 4096
 #: Finished Jobs are deleted this long after they end (seconds), unless their owner goes first.
 JOB_TTL_SECONDS = 3600
+#: The node remedy seed's Node annotations: when the node's latest remediation pod started (RFC 3339)
+#: and which Job runs it (``<namespace>/<name>``).
+TIMESTAMP_ANNOTATION = "remediation.noderemedy.io/remediation-timestamp"
+JOB_ANNOTATION = "remediation.noderemedy.io/remediation-job"
 #: Labels on every Job (and its pod) of the runner.
 JOB_LABELS = {
     "app.kubernetes.io/managed-by": "noderemedy-runner",
@@ -283,9 +287,28 @@ class JobExecutor(Executor):
                 )
             except KubeError as exc:
                 return RunOutcome(run_ident, "error", None, failed_tasks=(f"Job {jname}: {exc}",))
+            self._annotate(node, jname)
             return self._wait(created, run_ident, cancel, recovered=False)
         finally:
             self.slots.release()
+
+    def _annotate(self, node: str, jname: str) -> None:
+        """The node remedy seed's annotations on the Node: when its remediation pod started
+        (:data:`TIMESTAMP_ANNOTATION`) and which (:data:`JOB_ANNOTATION`), for admins and tools
+        looking at the Node. A failure is logged, never fatal: the Job itself is the record a
+        restarted runner adopts (its name comes from the run's ident)."""
+        if not node:
+            return
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        body = {
+            "metadata": {
+                "annotations": {TIMESTAMP_ANNOTATION: stamp, JOB_ANNOTATION: f"{self.namespace}/{jname}"}
+            }
+        }
+        try:
+            self.core.patch_node(node, body)
+        except KubeError as exc:
+            log.warning("annotating node %s with its remediation Job %s: %s", node, jname, exc)
 
     def _read(self, jname: str) -> dict[str, Any] | None:
         try:
@@ -391,8 +414,10 @@ def job_run(playbook_dir: Path | None = None, data_dir: Path = Path("/tmp/nodere
 
 
 __all__ = [
+    "JOB_ANNOTATION",
     "JOB_ENV",
     "JOB_LABELS",
+    "TIMESTAMP_ANNOTATION",
     "NODE_ENV",
     "JobExecutor",
     "job_manifest",

@@ -41,7 +41,7 @@ from test_real_node_fencing import (  # noqa: F401 - fixtures are used by name
 from test_runner_e2e import OOS, FenceNamespace, get_nf, nodefence
 from test_runner_guards import device_log
 
-from noderemedy_runner.jobs import job_name
+from noderemedy_runner.jobs import JOB_ANNOTATION, TIMESTAMP_ANNOTATION, job_name
 
 pytestmark = [pytest.mark.lab, pytest.mark.kube]
 
@@ -274,7 +274,9 @@ def test_with_the_job_executor_every_run_is_a_remediation_pod_and_the_nodefence_
 ) -> None:
     """``--executor job`` (the last test of the module: the Deployment keeps it): every playbook run
     of a NodeFence is a Job of the runner's image, named after the run, owned by the NodeFence,
-    never on the fenced node, carrying no credential; the NodeFence reaches Final."""
+    never on the fenced node, carrying no credential; the leader pod is killed while a Job runs,
+    the next leader adopts it (one Job per run, counted), the NodeFence reaches Final and the
+    Node carries the seed's remediation annotations."""
     patch = [{"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": "--executor=job"}]
     out = deployed.kubectl(
         "-n", NS, "patch", "deployment", "noderemedy-runner", "--type=json", "-p", json.dumps(patch)
@@ -287,19 +289,42 @@ def test_with_the_job_executor_every_run_is_a_remediation_pod_and_the_nodefence_
     co = client.CustomObjectsApi(api)
     name = f"nf-jobs-{uuid.uuid4().hex[:6]}"
     created = nodefence(co, name, node)
+    uid = created["metadata"]["uid"]
+
+    def owned() -> dict[str, dict]:
+        items = kjson(deployed, "-n", NS, "get", "jobs")["items"]
+        return {
+            j["metadata"]["name"]: j
+            for j in items
+            if uid in [r["uid"] for r in j["metadata"].get("ownerReferences") or []]
+        }
+
+    # the leader killed while a remediation pod runs: the next leader adopts the Job
+    wait_for(
+        lambda: any((j.get("status") or {}).get("active") for j in owned().values()), 120, "a Job running"
+    )
+    in_flight = sorted(owned())
+    leader = leader_pod(deployed)
+    out = deployed.kubectl("-n", NS, "delete", "pod", leader, "--force", "--grace-period=0")
+    assert out.returncode == 0, out.stderr
     final = wait_for(
         lambda: (o := get_nf(co, name)) and (o.get("status") or {}).get("status") in ("Final", "Error") and o,
         400,
         "the NodeFence Final",
     )
     assert final["status"]["status"] == "Final", final["status"]
-    jobs = {j["metadata"]["name"]: j for j in kjson(deployed, "-n", NS, "get", "jobs")["items"]}
+    jobs = owned()
     assert final["status"]["jobs"], final["status"]
-    for ident in final["status"]["jobs"]:
-        job = jobs[job_name(ident)]  # every finished run was a Job of that name
+    steps = {job_name(ident) for ident in final["status"]["jobs"]}
+    for jname in steps:
+        job = jobs[jname]  # every finished run was a Job of that name: one per run, none twice
         assert job["spec"]["backoffLimit"] == 0
-        assert [r["uid"] for r in job["metadata"]["ownerReferences"]] == [created["metadata"]["uid"]]
-        assert (job.get("status") or {}).get("succeeded") == 1, (ident, job.get("status"))
+        assert (job.get("status") or {}).get("succeeded") == 1, (jname, job.get("status"))
+    assert set(in_flight) <= steps, ("a Job in flight at the kill was not adopted", in_flight, sorted(steps))
+    # besides the steps' runs, only the taint's own runs (time-stamped idents) may have Jobs
+    assert all("-taint-" in n for n in set(jobs) - steps), sorted(jobs)
+    notes = kjson(deployed, "get", "node", node)["metadata"].get("annotations") or {}
+    assert notes.get(JOB_ANNOTATION, "").startswith(f"{NS}/") and notes.get(TIMESTAMP_ANNOTATION), notes
     pods = kjson(deployed, "-n", NS, "get", "pods", "-l", "app.kubernetes.io/component=remediation")["items"]
     assert pods and all(p["spec"]["nodeName"] in deployed.info["real_nodes"] for p in pods)
     assert all(p["spec"]["nodeName"] != node for p in pods)
