@@ -59,6 +59,7 @@ from noderemedy_runner.loops.memory import (
     meta_of,
     taint_event,
 )
+from noderemedy_runner.loops.release import ReleaseLedger, observe_left
 from noderemedy_runner.machines.actions import (
     OUT_OF_SERVICE_TAINT_EFFECT,
     OUT_OF_SERVICE_TAINT_KEY,
@@ -71,7 +72,10 @@ from noderemedy_runner.machines.nodefence import (
     CONFIRM_DOWN_ANNOTATION,
     CONFIRM_MISSING_NODE_ANNOTATION,
     HOLD_REASONS,
+    RELEASE_RATE_LIMITED,
     STOP_ANNOTATION,
+    WAITING_FOR_DETACH,
+    WORKLOADS_RELEASED,
     NodeFenceObservations,
     NodeFencePolicy,
     NodeFenceStatus,
@@ -151,6 +155,7 @@ class NodeFenceReconciler:
         self.dry_run = dry_run
         self._held: dict[str, InMemory] = {}
         self._lock = threading.Lock()
+        self.releases = ReleaseLedger(policy.max_pods_released_per_minute)
 
     def held(self, name: str) -> InMemory:
         """The in-memory state of NodeFence ``name`` (created on first use)."""
@@ -224,13 +229,21 @@ class NodeFenceReconciler:
             reading = held.reading
             if reading is not None and now - reading.observed_at > READING_FRESH_SECONDS:
                 reading = None
+            taint = node_obj is not None and has_taint(
+                node_obj, OUT_OF_SERVICE_TAINT_KEY, OUT_OF_SERVICE_TAINT_EFFECT
+            )
+            # safe return: what the release left on the node, looked at before recovery may start
+            left = (
+                observe_left(self.kube, node, status.start_time)
+                if taint and status.status == "Done" and status.current_run is None
+                else None
+            )
             obs = NodeFenceObservations(
                 node=node,
                 now=now,
                 node_ready=ready,
                 not_ready_since=None if ready else since,
-                taint_present=node_obj is not None
-                and has_taint(node_obj, OUT_OF_SERVICE_TAINT_KEY, OUT_OF_SERVICE_TAINT_EFFECT),
+                taint_present=taint,
                 fence=reading,
                 result=held.result,
                 generation=int(meta.get("generation") or 0),
@@ -238,6 +251,7 @@ class NodeFenceReconciler:
                 missing_node_confirmed=_annotated(meta, CONFIRM_MISSING_NODE_ANNOTATION),
                 stop_requested=_annotated(meta, STOP_ANNOTATION),
                 down_confirmed=_annotated(meta, CONFIRM_DOWN_ANNOTATION),
+                left_on_node=left,
             )
             action = decide(name, status, obs, config, self.policy, self.namespace)
             if action.reason in ("StartIsolation", "StartPowerManagement"):  # guards: docs/concepts.md
@@ -253,6 +267,14 @@ class NodeFenceReconciler:
                         }
                 if holds:
                     obs = replace(obs, start_holds=holds)
+                    action = decide(name, status, obs, config, self.policy, self.namespace)
+            if not self.dry_run and (
+                action.releases_workloads
+                or (action.kind == "run_step" and action.extravars.get("release_workloads"))
+            ):  # the release rate limit (docs/concepts.md): a held release waits, the fencing does not
+                rate_hold = self.releases.hold(self.kube, node, now)
+                if rate_hold is not None:
+                    obs = replace(obs, release_hold=rate_hold)
                     action = decide(name, status, obs, config, self.policy, self.namespace)
             log.debug("NodeFence %s: %s (%s)", name, action.kind, action.reason)
             if self.dry_run:
@@ -296,6 +318,17 @@ class NodeFenceReconciler:
             moved = f"{old.status} -> {new.status}" if new.status != old.status else new.status
             run = f", run {new.current_run.ident}" if new.current_run is not None else ""
             self.kube.event(obj, type_, action.reason, f"{moved}, step {new.step}{run}{detail}")
+        old_proc = find_condition(old.conditions, "Processing")
+        if action.reason == RELEASE_RATE_LIMITED or (
+            action.reason == WAITING_FOR_DETACH
+            and (old_proc is None or old_proc.reason != WAITING_FOR_DETACH)
+        ):  # a release that waits, or a return that waits for the release to finish: said once
+            cond = find_condition(
+                new.conditions, WORKLOADS_RELEASED if action.reason == RELEASE_RATE_LIMITED else "Processing"
+            )
+            taint_event(
+                self.kube, obj, node, "Normal", action.reason, cond.message if cond else action.reason
+            )
         if action.reason in HOLD_REASONS:  # a guard holds the start of a step: say why
             cond = find_condition(new.conditions, "Processing")
             self.kube.event(obj, "Normal", action.reason, cond.message if cond is not None else action.reason)
