@@ -254,6 +254,15 @@ class NodeFenceReconciler:
                 left_on_node=left,
             )
             action = decide(name, status, obs, config, self.policy, self.namespace)
+            if not self.dry_run and (
+                action.releases_workloads
+                or (action.kind == "run_step" and action.extravars.get("release_workloads"))
+            ):  # the release rate limit (docs/concepts.md): a held release waits, the fencing goes
+                # on (and may decide to start a step: the guards below are asked then)
+                rate_hold = self.releases.hold(self.kube, node, now)
+                if rate_hold is not None:
+                    obs = replace(obs, release_hold=rate_hold)
+                    action = decide(name, status, obs, config, self.policy, self.namespace)
             if action.reason in ("StartIsolation", "StartPowerManagement"):  # guards: docs/concepts.md
                 holds = start_holds(
                     self.kube.api, obj, node, now, self.policy.max_restarts, self.policy.max_power_fencing
@@ -267,14 +276,6 @@ class NodeFenceReconciler:
                         }
                 if holds:
                     obs = replace(obs, start_holds=holds)
-                    action = decide(name, status, obs, config, self.policy, self.namespace)
-            if not self.dry_run and (
-                action.releases_workloads
-                or (action.kind == "run_step" and action.extravars.get("release_workloads"))
-            ):  # the release rate limit (docs/concepts.md): a held release waits, the fencing does not
-                rate_hold = self.releases.hold(self.kube, node, now)
-                if rate_hold is not None:
-                    obs = replace(obs, release_hold=rate_hold)
                     action = decide(name, status, obs, config, self.policy, self.namespace)
             log.debug("NodeFence %s: %s (%s)", name, action.kind, action.reason)
             if self.dry_run:
