@@ -235,7 +235,10 @@ class NodeFenceReconciler:
             # safe return: what the release left on the node, looked at before recovery may start
             left = (
                 observe_left(self.kube, node, status.start_time)
-                if taint and status.status == "Done" and status.current_run is None
+                if taint
+                and status.status == "Done"
+                and status.current_run is None
+                and (ready or status.step == "Recovery")  # when the machine asks for it
                 else None
             )
             obs = NodeFenceObservations(

@@ -11,7 +11,8 @@ Automaton (DESIGN.md "NodeFence"; docs/state-machines.md has the diagram)::
     New      node NotReady for grace_seconds → run Isolation → Running
              node Ready → Final (nothing done yet) or Done (after a restart: recover)
     Running  node Ready → Done; else run PowerManagement → Done
-    Done     node Ready → run Recovery, remove the out-of-service taint → Final;
+    Done     node Ready, its old pods and VolumeAttachments gone (safe return, below) → run
+             Recovery, remove the out-of-service taint → Final;
              NotReady for recovery_timeout_seconds after entering Done → Error
     Error    after restart_delay_seconds → New (restarts + 1) while restarts < max_restarts;
              then stay Error (Succeeded=False, RestartLimitReached)
@@ -364,9 +365,9 @@ class NodeFenceObservations:
     (:data:`STOP_ANNOTATION`). ``down_confirmed``: an admin confirmed by hand that the machine
     is down (:data:`CONFIRM_DOWN_ANNOTATION`). ``left_on_node``: what the release left on the node
     (old pods, VolumeAttachments; :mod:`noderemedy_runner.machines.release`), looked at while the
-    NodeFence is Done with no committed run and the node tainted; None: not looked at (recovery
-    and the removal of the taint then wait). ``release_hold``: the release rate limit holds
-    releases now."""
+    NodeFence is Done with no committed run, the node tainted and Ready (or Recovery done); None:
+    not looked at (recovery and the removal of the taint then wait). ``release_hold``: the
+    release rate limit holds releases now."""
 
     node: str
     now: float

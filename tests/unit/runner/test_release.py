@@ -11,6 +11,7 @@ import pytest
 from nodefence_world import NAME, NODE, T0, fence_config
 from test_nodefence import VERIFIED, cstat, observe, run_ref, status, written
 
+from noderemedy_runner.loops.release import ReleaseLedger
 from noderemedy_runner.machines.conditions import Condition
 from noderemedy_runner.machines.nodefence import (
     RELEASE_RATE_LIMITED,
@@ -236,3 +237,33 @@ def test_a_node_back_before_its_release_ends_not_released() -> None:
     s = status("Done", "Recovery", conditions=(held,))
     final = written(decide(NAME, s, observe(node_ready=True), CONFIG, POLICY))
     assert final.status == "Final" and cstat(final, WORKLOADS_RELEASED) == ("False", "NotReleased")
+
+
+# --- the reconciler's ledger ------------------------------------------------------------------------
+class Pods:
+    """The one KubeIO call the ledger makes."""
+
+    def __init__(self, pods: dict[str, int]) -> None:
+        self.pods = pods
+        self.calls = 0
+
+    def pods_on_node(self, node: str) -> list[dict[str, Any]]:
+        self.calls += 1
+        return [pod(f"{node}-{i}", node=node) for i in range(self.pods[node])]
+
+
+def test_ledger_counts_the_pods_at_release_and_holds_the_next_node() -> None:
+    kube: Any = Pods({"a": 3, "b": 2})
+    ledger = ReleaseLedger(4)
+    assert ledger.hold(kube, "a", 1000.0) is None  # 3 of 4
+    assert ledger.hold(kube, "a", 1001.0) is None  # the same node again: not counted twice
+    hold = ledger.hold(kube, "b", 1010.0)
+    assert hold is not None and hold.retry_seconds == pytest.approx(50.0)
+    assert hold.message == (
+        "the release of node b (2 pods) waits: 3 pods released in the last 60 s, limit 4 per minute "
+        "(--max-pods-released-per-minute); next try in 50 s. The fencing goes on meanwhile"
+    )
+    assert ledger.hold(kube, "b", 1060.5) is None  # a's release left the window
+    assert ReleaseLedger(0).hold(kube, "a", 0.0) is None and kube.calls == 4  # no limit: no listing
+    with pytest.raises(ValueError, match="max pods released per minute = -1"):
+        ReleaseLedger(-1)
