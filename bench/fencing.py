@@ -24,6 +24,18 @@ cannot be met by any module; the table shows it as it is.
   also given minus the same play with a ``meta: noop`` task (ansible-playbook's own start-up,
   measured in the same rounds), the figure the Redfish target applies to.
 
+* kdump (no lab peer; fence-agents' ``fence_kdump_send`` sends one message to 127.0.0.1):
+  ``fence_kdump -f ipv4 -o off`` (the listener) against ``kdump_wait``. Each run starts the
+  listener, waits until its UDP port is bound (read from ``/proc/net/udp``, every 0.5 ms), then
+  starts ``fence_kdump_send -c 1`` and stops the clock when the listener returns having received
+  it. So each figure is listener start-up + bind + one message, never the sender's 1 s interval.
+  The playbook rows are given minus the no-op play as for Redfish.
+* EC2 (moto): ``fence_aws -o status`` only, run by ``bench/loopback_agent.py`` (this venv's
+  boto3, pointed at moto with ``AWS_ENDPOINT_URL_EC2``; every address but 127.0.0.0/8 refused
+  in-process); ``fence_aws -o off`` would ask 169.254.169.254 first and is never run (see
+  ``NOT_MEASURED``, which the output and the JSON repeat).
+* vSphere: no anchor can talk to the lab's simulator (``NOT_MEASURED``).
+
 ``--cases`` measures some device groups only; their rows replace the same groups' rows in
 ``--out`` (each row says when it was measured).
 
@@ -41,6 +53,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -113,20 +126,201 @@ class Playbook:
         )
         self.n = 0
 
-    def __call__(self, module: str, args: dict | None) -> Callable[[], None]:
-        """A run of one ``module`` task; ``args`` None: the same play with a ``meta: noop`` task
-        instead (ansible-playbook's own cost, subtracted in the rows that say "minus no-op")."""
+    def argv(self, module: str, args: dict | None) -> list[str]:
+        """The ``ansible-playbook`` command of a play with one ``module`` task; ``args`` None: the
+        same play with a ``meta: noop`` task instead."""
         self.n += 1
         path = self.tmp / f"bench{self.n}.yml"
         task = {"ansible.builtin.meta": "noop"} if args is None else {module: args}
         play = [{"hosts": "localhost", "gather_facts": False, "connection": "local", "tasks": [task]}]
         path.write_text(yaml.safe_dump(play, sort_keys=False))
-        argv = [str(BIN / "ansible-playbook"), "-i", "localhost,", str(path)]
+        return [str(BIN / "ansible-playbook"), "-i", "localhost,", str(path)]
+
+    def __call__(self, module: str, args: dict | None) -> Callable[[], None]:
+        """A run of one ``module`` task; ``args`` None: the same play with a ``meta: noop`` task
+        instead (ansible-playbook's own cost, subtracted in the rows that say "minus no-op")."""
+        argv = self.argv(module, args)
         return lambda: run(argv, self.env)
 
 
 #: Device groups, in the order they are measured (``--cases``).
-CASES = ("ipmi", "pdu", "fc", "redfish")
+CASES = ("ipmi", "pdu", "fc", "redfish", "kdump", "aws")
+
+#: What has no row, and why (printed and written to the JSON as ``not_measured``).
+NOT_MEASURED = {
+    "aws off+verified": (
+        "fence_aws 4.12 -o off first asks the instance metadata service 169.254.169.254 which "
+        "instance it runs on (get_instance_id in set_power_status) and skips the stop when that "
+        "fails; the lab may reach 127.0.0.0/8 only, so that path is never run (status is measured)"
+    ),
+    "vmware": (
+        "fence_vmware_soap loads the vSphere WSDL from https://<host>/sdk/vimService.wsdl, which "
+        "govmomi's simulator answers 404 (the agent reports 'Server side certificate verification "
+        "failed: HTTP Error 404'); fence_vmware_rest lists VMs with GET /rest/vcenter/vm, which the "
+        "simulator's REST side does not serve (only DELETE and data-sets under vcenter/vm)"
+    ),
+}
+KDUMP_SENDER = "/usr/libexec/fence-agents/fence_kdump_send"
+
+
+def udp_bound(port: int) -> bool:
+    """Some socket of this machine is bound to UDP ``port`` (IPv4 or IPv6), from ``/proc/net/udp*``."""
+    suffix = f":{port:04X}"
+    for path in ("/proc/net/udp", "/proc/net/udp6"):
+        with open(path) as table:
+            next(table)
+            if any(line.split()[1].endswith(suffix) for line in table):
+                return True
+    return False
+
+
+def kdump_cases(port: int, playbook: Playbook, n: int) -> list[dict]:
+    """kdump: ``fence_kdump`` (the listener) vs ``KdumpListener`` and ``kdump_wait``, each
+    receiving one message from ``fence_kdump_send`` on 127.0.0.1:``port``.
+
+    A run: start the listener, poll until ``port`` is bound, start the sender (``-c 1``), stop
+    when the listener returns with the message. The sender is reaped, untimed, before the next run.
+    """
+    from ansible_collections.noderemedy.core.plugins.module_utils._kdump import KdumpListener
+
+    senders: list[subprocess.Popen] = []
+
+    def send_when_bound() -> None:
+        deadline = time.monotonic() + 60
+        while not udp_bound(port):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no listener bound UDP {port} within 60 s")
+            time.sleep(0.0005)
+        sender = [KDUMP_SENDER, "-p", str(port), "-f", "ipv4", "-c", "1", "-i", "1", "127.0.0.1"]
+        senders.append(subprocess.Popen(sender, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+
+    def reap() -> None:
+        while senders:
+            senders.pop().wait(30)
+        if udp_bound(port):
+            raise RuntimeError(f"UDP {port} still bound between runs")
+
+    def process(argv: list[str], env: dict[str, str] | None = None) -> Callable[[], None]:
+        def once() -> None:
+            proc = subprocess.Popen(
+                argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+            )
+            send_when_bound()
+            out = proc.communicate(timeout=120)[0]
+            if proc.returncode != 0:
+                raise RuntimeError(f"{Path(argv[0]).name} exited {proc.returncode}: {out[-1500:]}")
+
+        return once
+
+    def library() -> None:
+        result: dict = {}
+
+        def listen() -> None:
+            listener = KdumpListener(["127.0.0.1"], ipport=port, listen_address="127.0.0.1", timeout=30)
+            result.update(listener.wait())
+
+        thread = threading.Thread(target=listen)
+        thread.start()
+        send_when_bound()
+        thread.join(60)
+        if result.get("received") is not True or result["fence"]["verified"] is not True:
+            raise RuntimeError(f"kdump_wait as a library: no verified message: {result}")
+
+    margs = {"nodename": ["127.0.0.1"], "ipport": port, "listen_address": "127.0.0.1", "timeout": 30}
+    book = playbook.argv("noderemedy.core.kdump_wait", margs)
+    agent = [
+        "/usr/sbin/fence_kdump",
+        "-n",
+        "127.0.0.1",
+        "-p",
+        str(port),
+        "-f",
+        "ipv4",
+        "-t",
+        "30",
+        "-o",
+        "off",
+    ]
+    got = interleaved(
+        {
+            "anchor": process(agent),
+            "lib": library,
+            "book": process(book, playbook.env),
+            "noop": playbook("", None),
+        },
+        reap,
+        n,
+    )
+    reap()
+    a = "fence_kdump -f ipv4 -o off, receiving fence_kdump_send -c 1"
+    return [
+        {"case": "kdump message received, library", "ours_s": got["lib"], "anchor": a, "anchor_s": got["anchor"],
+         "target": 0.5},
+        {"case": "kdump message received, playbook - no-op", "ours_s": got["book"] - got["noop"], "anchor": a,
+         "anchor_s": got["anchor"], "target": 1.0, "noop_playbook_s": got["noop"]},
+        {"case": "kdump message received, ansible-playbook", "ours_s": got["book"], "anchor": a,
+         "anchor_s": got["anchor"]},
+    ]  # fmt: skip
+
+
+def aws_cases(ep: dict, playbook: Playbook, n: int) -> list[dict]:
+    """EC2 (moto, ``POWER_DELAY`` s per transition) status: ``AwsInstanceDriver`` and
+    ``aws_instance_power`` vs ``fence_aws -o status`` (through ``loopback_agent.py``, with this
+    venv's boto3 and ``AWS_ENDPOINT_URL_EC2``). Off is not measured (``NOT_MEASURED``)."""
+    from ansible_collections.noderemedy.core.plugins.module_utils._aws import AwsInstanceDriver
+
+    c = ep["credentials"]["fencer"]
+    instance = ep["instances"]["lab-node-1"]
+
+    def status_lib() -> None:
+        res = AwsInstanceDriver(
+            instance, ep["region"], c["access_key"], c["secret_key"], ep["endpoint_url"]
+        ).run("status")
+        assert res.after == {instance: "on"}, res.after
+
+    env = dict(os.environ)
+    env.update(
+        {
+            "AWS_ENDPOINT_URL_EC2": ep["endpoint_url"],
+            "AWS_EC2_METADATA_DISABLED": "true",
+            "AWS_CONFIG_FILE": os.devnull,
+            "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+        }
+    )
+    agent = [sys.executable, str(ROOT / "bench" / "loopback_agent.py"), "/usr/sbin/fence_aws"]
+    agent += [
+        "--region",
+        ep["region"],
+        "-a",
+        c["access_key"],
+        "-s",
+        c["secret_key"],
+        "-n",
+        instance,
+        "-o",
+        "status",
+    ]
+    margs = {
+        "plug": instance, "region": ep["region"], "access_key": c["access_key"], "secret_key": c["secret_key"],
+        "endpoint_url": ep["endpoint_url"], "state": "status",
+    }  # fmt: skip
+    got = interleaved(
+        {
+            "anchor": lambda: run(agent, env),
+            "lib": status_lib,
+            "book": playbook("noderemedy.core.aws_instance_power", margs),
+            "noop": playbook("", None),
+        },
+        None,
+        n,
+    )
+    a = "fence_aws -o status (venv boto3, AWS_ENDPOINT_URL_EC2)"
+    return [
+        {"case": "aws status, library", "ours_s": got["lib"], "anchor": a, "anchor_s": got["anchor"]},
+        {"case": "aws status, playbook - no-op", "ours_s": got["book"] - got["noop"], "anchor": a,
+         "anchor_s": got["anchor"], "noop_playbook_s": got["noop"]},
+        {"case": "aws status, ansible-playbook", "ours_s": got["book"], "anchor": a, "anchor_s": got["anchor"]},
+    ]  # fmt: skip
 
 
 def redfish_cases(ep: dict, playbook: Playbook, n: int) -> list[dict]:
@@ -452,6 +646,10 @@ def main() -> int:
             entries += snmp_cases("fc", fc, index, fc_driver, fc_agent, "noderemedy.core.fc_port", fc_args)
         if "redfish" in cases:
             entries += redfish_cases(lab.ensure_peer("redfish"), playbook, n)
+        if "kdump" in cases:
+            entries += kdump_cases(lab.config.port("kdump"), playbook, n)
+        if "aws" in cases:
+            entries += aws_cases(lab.ensure_peer("ec2"), playbook, n)
         ipmi_on()
     finally:
         lab.stop()
@@ -490,6 +688,7 @@ def main() -> int:
         doc["partial_runs"] = partial
         entries = kept + entries
     doc["entries"] = entries
+    doc["not_measured"] = NOT_MEASURED
     opts.out.parent.mkdir(parents=True, exist_ok=True)
     opts.out.write_text(json.dumps(doc, indent=1) + "\n")
 
@@ -502,6 +701,9 @@ def main() -> int:
         print(
             f"{e['case']:38} {e['ours_s']:8.4f} {e['anchor']:52} {e['anchor_s']:9.4f} {e['ratio']:6.3f} {target:>6}{flag}"
         )
+    print("\nnot measured:")
+    for what, why in NOT_MEASURED.items():
+        print(f"  {what}: {why}")
     print(f"\nwritten: {opts.out}")
     return 0
 

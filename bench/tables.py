@@ -90,7 +90,11 @@ def fencing(doc: Any, name: str) -> list[str]:
         ]
         for e in doc.get("entries") or []
     ]
-    return lines + _table(["case", "ours", "anchor", "anchor time", "ratio", "target ratio", "met"], rows)
+    table = _table(["case", "ours", "anchor", "anchor time", "ratio", "target ratio", "met"], rows)
+    missing = doc.get("not_measured") or {}
+    if missing:
+        table += ["", "Not measured:", ""] + [f"* {what}: {why}" for what, why in missing.items()]
+    return lines + table
 
 
 def drain(doc: Any, name: str) -> list[str]:
@@ -201,13 +205,35 @@ def watcher(doc: Any, name: str) -> list[str]:
 
 
 def e2e(doc: Any, name: str) -> list[str]:
-    """The demo (``./dev demo``): seconds from the power cut to each step."""
+    """The demo (``./dev demo``): seconds from the power cut to each step, and each scenario's
+    figures from the shared storage (``scenarios``)."""
+    load = doc.get("load_average")
     lines = [
-        f"{_v(doc.get('description'))}. The file records no date and no load average.",
+        f"{_v(doc.get('description'))}. Measured `{_v(doc.get('date'))}`; load average (1, 5, 15 min) "
+        f"at the end: {', '.join(map(str, load)) if load else 'not recorded'}.",
         "",
     ]
     rows = [[f"`{_v(c.get('case'))}`", _v(c.get("seconds"), " s")] for c in doc.get("cases") or []]
-    return lines + _table(["step", "since the power cut"], rows)
+    lines += _table(["step", "since the power cut"], rows)
+    scenarios = doc.get("scenarios") or {}
+    if scenarios:
+        keys = [
+            "node",
+            "pod_running_elsewhere_s",
+            "old_writer_last_s",
+            "new_writer_first_s",
+            "overlapping_writes",
+        ]
+        lines += [
+            "",
+            "Each scenario, in seconds since the failure, from the shared file and the API server:",
+            "",
+        ]
+        lines += _table(
+            ["scenario", *[f"`{k}`" for k in keys]],
+            [[f"`{n}`", *[_v(f.get(k)) for k in keys]] for n, f in scenarios.items()],
+        )
+    return lines
 
 
 #: file name → (title, renderer). Order of the page.

@@ -5,7 +5,8 @@ Each BMC gets its own directory ``<devices>/bmc/<node>/`` with ``lan.conf`` (ren
 there and would leak into the next run) and the node directory read by the ``chassis_control`` hook
 (``data/chassis_control.sh``): ``power`` (1 on, 0 off), ``power.log`` (``<epoch seconds> <0|1>`` per
 power set), ``events.log`` (reset/boot/identify requests and power-hook failures) and, when the lab
-has a power hook, the executable ``power_hook`` wrapper.
+has a power hook, the executable ``power_hook`` wrapper. :func:`set_ignore_power` makes a BMC answer
+power commands as done while the power stays as it is (the file ``ignore_power``).
 
 How ipmi_sim (OpenIPMI 2.0.33) drives the hook, observed with ipmitool 1.8.19 on this lab:
 ``chassis power off|on`` -> ``set power 0|1``; ``chassis power cycle`` -> ``set power 0`` and about one
@@ -141,7 +142,7 @@ def start_bmcs(
 
     Returns:
         ``{node: {"host", "port", "username", "password", "operator": {...}, "user": {...},
-        "cipher": 3, "power_file", "power_log"}}`` (see :func:`noderemedy_lab.devices.start_devices`).
+        "cipher": 3, "power_file", "power_log", "events_log"}}`` (see :func:`noderemedy_lab.devices.start_devices`).
 
     Raises:
         ComponentError: ``bmc`` for a missing ipmi_sim or bad power hook, ``bmc <node>`` for a taken
@@ -192,5 +193,17 @@ def start_bmcs(
             "cipher": CIPHER,
             "power_file": str(node_dir / "power"),
             "power_log": str(node_dir / "power.log"),
+            "events_log": str(node_dir / "events.log"),
         }
     return bmcs
+
+
+def set_ignore_power(bmc: dict, ignore: bool) -> None:
+    """Make the BMC ``bmc`` (an entry of :func:`start_bmcs`' result) accept every power command and
+    change nothing (``ignore`` True: each is logged as ``power <0|1> ignored`` in its
+    ``events_log``), or behave normally again (False). Takes effect at the next command."""
+    flag = Path(bmc["power_file"]).parent / "ignore_power"
+    if ignore:
+        flag.touch()
+    else:
+        flag.unlink(missing_ok=True)

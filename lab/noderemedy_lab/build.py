@@ -14,7 +14,9 @@ Layout under :func:`noderemedy_lab.config.cache_dir`::
     bin/kubernetes-v1.34.4/{kubelet,kube-proxy}       (the real nodes'; same consumer module)
     bin/kwok-v0.7.0/kwok
     bin/etcd-v3.6.16/etcd
-    bin/vcsim-lab-govmomi-v0.52.0/vcsim-lab   govmomi's vCenter simulator + the lab's power hook
+    bin/vcsim-lab-govmomi-v0.52.0-<hash>/vcsim-lab   govmomi's vCenter simulator + the lab's main
+                                             (<hash>: of data/vcsim/{main.go,go.mod}, so a
+                                             changed main is rebuilt, never served stale)
     logs/build-*.log
 
 A warm run (all binaries present) does nothing. Each target is built into a temporary directory and
@@ -23,6 +25,7 @@ moved into place only when complete, so an interrupted build never leaves a half
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -42,13 +45,24 @@ KUBE_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", 
 NODE_COMMANDS = ("kubelet", "kube-proxy")
 
 
+def _vcsim_source_key() -> str:
+    """First 12 hex digits of the SHA-256 of the lab's vcsim main and go.mod (the build's input
+    besides govmomi's version)."""
+    from .bmc import data_path
+
+    h = hashlib.sha256()
+    for name in ("vcsim/main.go", "vcsim/go.mod"):
+        h.update(data_path(name).read_bytes())
+    return h.hexdigest()[:12]
+
+
 def _bin_dirs() -> dict[str, Path]:
     base = cache_dir() / "bin"
     return {
         "kubernetes": base / f"kubernetes-v{KUBERNETES_VERSION}",
         "kwok": base / f"kwok-v{KWOK_VERSION}",
         "etcd": base / f"etcd-v{ETCD_VERSION}",
-        "vcsim": base / f"vcsim-lab-govmomi-v{GOVMOMI_VERSION}",
+        "vcsim": base / f"vcsim-lab-govmomi-v{GOVMOMI_VERSION}-{_vcsim_source_key()}",
     }
 
 
@@ -256,7 +270,7 @@ def build_vcsim(progress: Callable[[str], None]) -> None:
     builds the lab's small main instead."""
     from .bmc import data_path
 
-    src = cache_dir() / "src" / f"vcsim-lab-govmomi-v{GOVMOMI_VERSION}"
+    src = cache_dir() / "src" / _bin_dirs()["vcsim"].name
     src.mkdir(parents=True, exist_ok=True)
     log = cache_dir() / "logs" / f"build-vcsim-lab-v{GOVMOMI_VERSION}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -295,8 +309,12 @@ def ensure_binaries(progress: Callable[[str], None] | None = None, node: bool = 
         build_kubernetes(say)
     node_todo = tuple(name for name in NODE_COMMANDS if name in todo)
     if node_todo:
-        say(f"building the real nodes' {' and '.join(node_todo)} v{KUBERNETES_VERSION} (first time: ~4 min)")
-        build_kubernetes(say, node_todo)
+        what = " and ".join(node_todo)
+        say(f"building the real nodes' {what} v{KUBERNETES_VERSION} (first time: ~4 min)")
+        try:
+            build_kubernetes(say, node_todo)
+        except ComponentError as exc:
+            raise ComponentError(f"build {what}", str(exc)) from exc
     if "kwok" in todo:
         say(f"building kwok v{KWOK_VERSION}")
         _go_install("sigs.k8s.io/kwok/cmd/kwok", KWOK_VERSION, _bin_dirs()["kwok"], "kwok", say)

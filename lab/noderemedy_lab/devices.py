@@ -2,7 +2,8 @@
 
 Entry point for :mod:`noderemedy_lab.lab`: :func:`start_devices` starts them all through the lab's
 :class:`~noderemedy_lab.procs.Supervisor` and returns their endpoints and per-run credentials;
-:func:`set_status_delay` makes an snmpd peer slow; :func:`ensure_simvenv` builds snmpsim's venv.
+:func:`set_status_delay` makes an snmpd peer slow; :func:`set_ignore_power` makes a BMC accept power
+commands and change nothing; :func:`ensure_simvenv` builds snmpsim's venv.
 Details of each peer: :mod:`noderemedy_lab.bmc`, :mod:`noderemedy_lab.snmp`.
 """
 
@@ -11,12 +12,12 @@ from __future__ import annotations
 import re
 import shutil
 
-from .bmc import Pending, start_bmcs, validate_power_hook
+from .bmc import Pending, set_ignore_power, start_bmcs, validate_power_hook
 from .config import LabConfig
 from .procs import ComponentError, Supervisor
 from .snmp import PEERS, ensure_simvenv, set_status_delay, start_snmpd, start_snmpsim
 
-__all__ = ["start_devices", "ensure_simvenv", "set_status_delay"]
+__all__ = ["start_devices", "ensure_simvenv", "set_status_delay", "set_ignore_power"]
 
 _NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$")
 
@@ -50,7 +51,8 @@ def start_devices(
             {"bmcs": {node: {"host": "127.0.0.1", "port": int, "username": "admin", "password": str,
                              "operator": {"username": "oper", "password": str},
                              "user": {"username": "viewer", "password": str},
-                             "cipher": 3, "power_file": str (1 on, 0 off), "power_log": str}},
+                             "cipher": 3, "power_file": str (1 on, 0 off), "power_log": str,
+                             "events_log": str}},
              "snmp": {"apc-rpdu" | "fc" | "apc-ms" | "eaton" | "fc-sim":
                          {"kind": "snmpd" | "snmpsim", "host": "127.0.0.1", "port": int,
                           "community": rw community, "ro_community": ro community (snmpsim: the same),

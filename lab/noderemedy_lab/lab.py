@@ -19,9 +19,13 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .config import POWER_LABEL, LabConfig
 from .procs import ComponentError, Supervisor, proc_start_time, require_binary
+
+if TYPE_CHECKING:
+    from .realnode import RealNodes
 
 POWER_HOOK = """#!/bin/sh
 # ipmi_sim chassis_control power hook (written by noderemedy_lab): $1 = node, $2 = 1 (on) | 0 (off).
@@ -163,6 +167,7 @@ class Lab:
         try:
             self.info["real_nodes"] = real.start(say)
             self._service_endpoints(real.host_ip)
+            self._relay_devices(real)
             self._fc_hooks()
             say("waiting for the real nodes to turn Ready")
             deadline = time.monotonic() + ready_timeout
@@ -184,6 +189,18 @@ class Lab:
         self._watcher.start()
         self.write_state()
         return self.info["real_nodes"]
+
+    def _relay_devices(self, real: RealNodes) -> None:
+        """Relay every BMC and SNMP device onto the real nodes' bridge address
+        (:meth:`RealNodes.relay_devices`), so the runner in a pod fences through them as users'
+        in-cluster runners reach their BMCs; ``info["devices"]["relay_host"]`` is that address (the
+        ports are the devices' own)."""
+        devices = self.info.get("devices")
+        if not devices:
+            return
+        endpoints = {f"bmc {n}": ("udp", int(b["port"])) for n, b in devices.get("bmcs", {}).items()}
+        endpoints |= {f"snmp {n}": ("udp", int(d["port"])) for n, d in devices.get("snmp", {}).items()}
+        devices["relay_host"] = real.relay_devices(endpoints)
 
     def _service_endpoints(self, host_ip: str) -> None:
         """Point the ``kubernetes`` Service (no endpoint reconciler in the lab) at the relay the

@@ -95,10 +95,15 @@ def udp_listening(port: int, host: str = "127.0.0.1") -> bool:
 
 
 def tcp_listening(port: int, host: str = "127.0.0.1") -> bool:
-    """True if a TCP connection to ``host:port`` is accepted."""
+    """True if a TCP connection to ``host:port`` is accepted by a listener.
+
+    The lab's ports lie in Linux's ephemeral range (``net.ipv4.ip_local_port_range``, 32768-60999 by
+    default): a connection whose kernel-chosen source port happens to be ``port`` itself connects
+    to itself (TCP simultaneous open) with nothing listening, which is not counted.
+    """
     try:
-        with socket.create_connection((host, port), timeout=0.5):
-            return True
+        with socket.create_connection((host, port), timeout=0.5) as s:
+            return bool(s.getsockname() != s.getpeername())
     except OSError:
         return False
 

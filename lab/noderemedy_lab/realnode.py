@@ -117,9 +117,11 @@ def cgroup_pids(rel: str) -> set[int]:
         base = hier / rel.strip("/")
         if not base.exists():
             continue
-        for procs in base.rglob("cgroup.procs"):
-            with contextlib.suppress(OSError, ValueError):
-                out.update(int(p) for p in procs.read_text().split())
+        # os.walk, not rglob: a cgroup the kubelet removes meanwhile is skipped, not an error
+        for dirpath, _dirs, files in os.walk(base):
+            if "cgroup.procs" in files:
+                with contextlib.suppress(OSError, ValueError):
+                    out.update(int(p) for p in Path(dirpath, "cgroup.procs").read_text().split())
     return out
 
 
@@ -241,6 +243,7 @@ class RealNodes:
         self.shared = self.root / "shared"
         self._booting: set[str] = set()
         self._network_up = False
+        self._relays: list[str] = []
 
     # ---------------------------------------------------------------- names
     def netns(self, j: int) -> str:
@@ -362,6 +365,38 @@ class RealNodes:
             ready=lambda: _tcp_ok(self.host_ip, port),
             timeout=10,
         )
+
+    def relay_devices(self, endpoints: dict[str, tuple[str, int]]) -> str:
+        """Make the lab's devices reachable from pods on the real nodes, as the apiserver is:
+        for each ``name -> (proto, port)`` (``proto`` ``"udp"`` or ``"tcp"``; the device listens
+        on 127.0.0.1:``port``), a ``socat`` relay (process ``device-relay <name>``) listens on the
+        bridge address with the same port and forwards to 127.0.0.1. UDP relays fork one child
+        per client address (``UDP4-LISTEN,fork``), so an IPMI session keeps one source port
+        towards ipmi_sim; idle children end after 60 s. Returns the bridge address, the host a
+        fence configuration inside the cluster names. ComponentError naming the relay if one does
+        not start."""
+        socat = require_binary("socat", "device-relay", "socat")
+        for name, (proto, port) in sorted(endpoints.items()):
+            proc = f"device-relay {name}"
+            if proto == "udp":
+                argv = [
+                    socat,
+                    "-T",
+                    "60",
+                    f"UDP4-LISTEN:{port},bind={self.host_ip},reuseaddr,fork",
+                    f"UDP4:127.0.0.1:{port}",
+                ]
+                ready = lambda port=port: _udp_bound(self.host_ip, port)  # noqa: E731
+            else:
+                argv = [
+                    socat,
+                    f"TCP-LISTEN:{port},bind={self.host_ip},fork,reuseaddr",
+                    f"TCP:127.0.0.1:{port}",
+                ]
+                ready = lambda port=port: _tcp_ok(self.host_ip, port)  # noqa: E731
+            self.sup.start(proc, argv, ready=ready, timeout=10)
+            self._relays.append(proc)
+        return self.host_ip
 
     def _credentials(self) -> None:
         pki_dir = Path(self.kube["pki"])
@@ -645,6 +680,9 @@ class RealNodes:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.popen.wait(5)
         self.sup.stop("apiserver-relay")
+        for proc in self._relays:
+            self.sup.stop(proc)
+        self._relays.clear()
         if self._network_up:
             names = _netns()
             for j in range(len(self.names)):
@@ -712,6 +750,15 @@ def cleanup_recorded(state: dict) -> list[str]:
         shutil.rmtree(d, ignore_errors=True)
     shutil.rmtree(run_dir(prefix), ignore_errors=True)
     return leftovers(cfg)
+
+
+def _udp_bound(host: str, port: int) -> bool:
+    """Whether a UDP socket is bound to ``host:port`` (``/proc/net/udp``, little-endian hex)."""
+    import ipaddress
+
+    want = f"{int.from_bytes(ipaddress.IPv4Address(host).packed, 'little'):08X}:{port:04X}"
+    with open("/proc/net/udp") as f:
+        return any(line.split()[1] == want for line in f.readlines()[1:])
 
 
 def _tcp_ok(host: str, port: int) -> bool:

@@ -5,6 +5,9 @@ package and ``data/vcsim/main.go``): the VPX inventory (datacenter ``DC0``, clus
 resource pool VMs ``DC0_C0_RP0_VM<i>``), login with a per-run user and password, TLS with the
 lab's own CA. VM ``DC0_C0_RP0_VM<i>`` is bound to node i: its power changes run the lab's power
 hook. Power tasks take ``POWER_DELAY`` seconds (``PowerOffVM_Task``/``PowerOnVM_Task`` delay).
+After the nodes' VMs come a spare VM (bound to no node) and the "stuck" VM (bound to no node),
+which accepts ``PowerOffVM_Task`` (the task succeeds) and stays ``poweredOn`` (``-stays-on``),
+for "the host says yes and does nothing".
 """
 
 from __future__ import annotations
@@ -32,7 +35,8 @@ def start_peer(
     """Build the simulator if needed and start it (process ``vsphere``) on ``cfg.port("vcsim")``.
 
     Returns (endpoint, process); endpoint: ``{"host", "port", "username", "password", "ca_file",
-    "vms": {node: vm name}, "spare_vm": vm name (bound to no node), "power_delay"}``.
+    "vms": {node: vm name}, "spare_vm": vm name (bound to no node), "stuck_vm": vm name (accepts
+    power-off, stays on), "power_delay"}``.
     Raises ComponentError (``build vcsim`` or ``vsphere``).
     """
     from .build import binary_paths, build_vcsim
@@ -47,14 +51,15 @@ def start_peer(
     tls = issue_device_pki(run_dir / "tls", "lab-vcenter")
     password = secrets.token_hex(8)
     vms = {node: vm_name(i) for i, node in enumerate(node_names)}
+    stuck = vm_name(len(node_names) + 1)
     env = {
         "NODEREMEDY_POWER_HOOK": json.dumps(power_hook or []),
         "NODEREMEDY_VM_NODES": json.dumps({vm: node for node, vm in vms.items()}),
     }
     argv = [
         str(binary), "-l", f"127.0.0.1:{port}", "-username", "fencer", "-password", password,
-        "-tlscert", str(tls["cert"]), "-tlskey", str(tls["key"]), "-vm", str(len(node_names) + 1),
-        "-power-delay-ms", str(int(POWER_DELAY * 1000)),
+        "-tlscert", str(tls["cert"]), "-tlskey", str(tls["key"]), "-vm", str(len(node_names) + 2),
+        "-power-delay-ms", str(int(POWER_DELAY * 1000)), "-stays-on", stuck,
     ]  # fmt: skip
     proc = sup.start("vsphere", argv, env=env, cwd=run_dir)
     endpoint = {
@@ -65,6 +70,7 @@ def start_peer(
         "ca_file": str(tls["ca"]),
         "vms": vms,
         "spare_vm": vm_name(len(node_names)),
+        "stuck_vm": stuck,
         "power_delay": POWER_DELAY,
     }
     return endpoint, proc

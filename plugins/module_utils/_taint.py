@@ -64,6 +64,7 @@ TAINT_ARGSPEC: dict[str, dict[str, Any]] = {
     },
     "fence_evidence": {"type": "dict"},
     "fence_max_age": {"type": "int", "default": 300},
+    "force_delete_pods": {"type": "bool", "default": False},
     "wait": {"type": "bool", "default": False},
     "wait_timeout": {"type": "int", "default": 300},
 }
@@ -329,6 +330,34 @@ class NodeTaints:
         ]
         return sorted(pods), sorted(attachments)
 
+    def force_delete_pods(self, taint: dict[str, Any]) -> list[str]:
+        """Delete, with grace period 0 (``kubectl delete pod --force --grace-period=0``), every pod
+        bound to the node that does not tolerate ``taint``: what the pod garbage collector does to
+        the pods of an out-of-service node on its next pass (KEP-2268; its period is 20 s), done at
+        once. Each delete carries the pod's uid as a precondition, so a pod of the same name
+        created meanwhile is never touched; a pod already gone is skipped. Only for a node whose
+        fence was verified (the caller's guard). Returns the deleted pods (``namespace/name``)."""
+        doc = request(
+            self.client, "GET", "/api/v1/pods", query=[("fieldSelector", f"spec.nodeName={self.node}")]
+        )
+        deleted = []
+        for pod in doc.get("items") or []:
+            if tolerates(pod, taint):
+                continue
+            meta = pod.get("metadata") or {}
+            path = (
+                f"/api/v1/namespaces/{quote(meta['namespace'], safe='')}/pods/{quote(meta['name'], safe='')}"
+            )
+            body = {"gracePeriodSeconds": 0, "preconditions": {"uid": meta.get("uid")}}
+            try:
+                request(self.client, "DELETE", path, body=body)
+            except KubeError as exc:
+                if exc.reason in ("not_found", "conflict"):
+                    continue  # gone, or another pod of that name by now
+                raise
+            deleted.append(_ref(pod))
+        return sorted(deleted)
+
     def wait_released(self, taint: dict[str, Any], timeout: float, interval: float = 0.5) -> dict[str, Any]:
         """Wait until the node's pods are gone and its VolumeAttachments released (KEP-2268's effect).
 
@@ -365,12 +394,16 @@ def run_node_taint(client: Any, params: dict[str, Any], check_mode: bool = False
     """What ``noderemedy.core.node_taint`` does.
 
     Adding the out-of-service taint goes through the guard (node NotReady, valid
-    ``fence_evidence`` no older than ``fence_max_age`` seconds); with ``wait`` it then waits up to
-    ``wait_timeout`` seconds for the node's pods and VolumeAttachments to be released.
+    ``fence_evidence`` no older than ``fence_max_age`` seconds). With ``force_delete_pods`` the
+    node's pods that do not tolerate the taint are then force-deleted
+    (:meth:`NodeTaints.force_delete_pods`); the guard is checked for that even when the taint was
+    already there. With ``wait`` it then waits up to ``wait_timeout`` seconds for the node's pods
+    and VolumeAttachments to be released.
 
     Returns:
         ``{"node", "changed", "taints", "added", "removed", "diff"}`` plus ``fence`` (the accepted
-        evidence with its ``age``) and ``waited`` (see :meth:`NodeTaints.wait_released`) where used.
+        evidence with its ``age``), ``deleted_pods`` and ``waited`` (see
+        :meth:`NodeTaints.wait_released`) where used.
 
     Raises:
         KubeError: refused (``invalid`` evidence, ``conflict`` for a Ready node), not found,
@@ -401,6 +434,13 @@ def run_node_taint(client: Any, params: dict[str, Any], check_mode: bool = False
         removed=res["removed"],
         diff={"before": {"taints": res["before"]}, "after": {"taints": res["taints"]}},
     )
+    if params.get("force_delete_pods") and oos_wanted and not check_mode:
+        if "fence" not in out:  # the taint was there already: the same guard before any delete
+            guard(nt.get_node(), [t for t in taints if is_out_of_service(t)])
+        taint = next(t for t in taints if is_out_of_service(t))
+        out["deleted_pods"] = nt.force_delete_pods(
+            {"key": taint["key"], "value": taint.get("value") or "", "effect": taint["effect"]}
+        )
     if params.get("wait") and oos_wanted and not check_mode:
         taint = next(t for t in taints if is_out_of_service(t))
         out["waited"] = nt.wait_released(

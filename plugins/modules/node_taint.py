@@ -86,6 +86,16 @@ options:
       - Seconds a fence verification stays valid for adding the out-of-service taint.
     type: int
     default: 300
+  force_delete_pods:
+    description:
+      - With the out-of-service taint, force-delete (grace period 0, as C(kubectl delete pod --force
+        --grace-period=0)) the node's pods that do not tolerate it. The pod garbage collector does the
+        same on its next pass (every 20 s); this releases them at once, so their StatefulSet
+        replacements start that much sooner.
+      - Guarded like the taint itself (node NotReady, valid O(fence_evidence)), also when the taint
+        was already present. Each delete is preconditioned on the pod's uid.
+    type: bool
+    default: false
   wait:
     description:
       - After adding the out-of-service taint, wait until the node's pods (those not tolerating the
@@ -129,6 +139,7 @@ EXAMPLES = r"""
         value: nodeshutdown
         effect: NoExecute
     fence_evidence: "{{ power.fence }}"
+    force_delete_pods: true
     wait: true
     wait_timeout: 600
 
@@ -167,6 +178,12 @@ fence:
   returned: when the out-of-service taint was added
   type: dict
   sample: {verified: true, method: ipmi, target: "127.0.0.1:24100", state: "off", verified_at: 1795000000, age: 4.2}
+deleted_pods:
+  description: The pods (C(namespace/name)) force-deleted with O(force_delete_pods).
+  returned: when O(force_delete_pods) and the out-of-service taint is wanted, not in check mode
+  type: list
+  elements: str
+  sample: [demo/web-0]
 waited:
   description: What the task waited for with O(wait) - C(pods) (C(namespace/name)) and C(volume_attachments)
     that were bound to the node and are now gone, and C(seconds).

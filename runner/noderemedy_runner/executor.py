@@ -17,10 +17,12 @@ canceled when the caller's cancel event is set (the custom resource was deleted;
 read back.
 
 The outcome (:class:`RunOutcome`) carries ansible's per-host counts (ok/changed/failed), the
-messages of failed tasks and the results of the fencing module tasks in the order they ran
+messages of failed tasks, the results of the fencing module tasks in the order they ran
 (:class:`ModuleResult`, the ``fence`` evidence of ``noderemedy.core.ipmi_power``/``pdu_outlet``/
-``fc_port``), which :func:`method_readings` turns into the
-:class:`~noderemedy_runner.machines.actions.MethodReading` values the machines reason about.
+``fc_port``) and the fence evidence the run itself chose (:class:`StepEvidence`: the result of the
+fence step role's evidence task, ``roles/fence_step/tasks/evidence.yml``, the one place the rule
+"which read-back is a verified fence" lives), which :func:`fence_reading` turns into the
+:class:`~noderemedy_runner.machines.actions.FenceReading` the machines reason about.
 """
 
 from __future__ import annotations
@@ -40,13 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from noderemedy_runner.machines.actions import (
-    POWER_DEVICE_TYPES,
-    Action,
-    FenceReading,
-    MethodReading,
-    reading_from_methods,
-)
+from noderemedy_runner.machines.actions import FENCE_KINDS, Action, FenceKind, FenceReading
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +58,11 @@ FENCE_MODULES: dict[str, str] = {
 }
 #: The module fence_step.yml releases workloads with (``release_workloads``: the out-of-service taint).
 RELEASE_MODULE = "noderemedy.core.node_taint"
+#: The fact the fence step role's evidence task sets (``roles/fence_step/tasks/evidence.yml``):
+#: ``{"fenced": bool, "kind": "power_off" | "storage_isolated", "source": method names}``, or {}.
+READING_FACT = "fence_step_reading"
+#: The fact holding the fencing module's own ``fence`` result that proves a fenced reading ({} unless fenced).
+EVIDENCE_FACT = "fence_step_evidence"
 #: ansible-runner's final statuses.
 FINAL_STATUSES = ("successful", "failed", "timeout", "canceled", "error")
 #: Longest failed-task message kept (characters).
@@ -91,15 +92,54 @@ class ModuleResult:
     msg: str = ""
     error: str = ""
 
-    @property
-    def read_back(self) -> str:
-        """``off`` when the module verified the fenced state (evidence ``verified``), ``on`` when
-        it read the device on/enabled, else ``unknown``."""
-        if self.fence.get("verified") is True:
-            return "off"
-        if self.state in ("on", "enabled"):
-            return "on"
-        return "unknown"
+
+@dataclass(frozen=True)
+class StepEvidence:
+    """What a fence step run read back, as its own evidence task chose it
+    (``roles/fence_step/tasks/evidence.yml``, facts :data:`READING_FACT` and :data:`EVIDENCE_FACT`).
+
+    ``fenced``: the read-back shows the fence holding; ``kind``: ``power_off`` (a power device
+    asked off read back off) or ``storage_isolated`` (the step's fc ports asked off: all of them
+    read back disabled, else ``fenced`` is False); ``source``: the method name(s) read;
+    ``fence``: the fencing module's own ``fence`` result proving it (``verified``, ``method``,
+    ``target``, ``plugs``, ``state``, ``verified_at`` in epoch seconds) -- {} unless ``fenced``.
+    """
+
+    fenced: bool
+    kind: FenceKind
+    source: str
+    fence: Mapping[str, Any]
+
+
+def evidence_from_events(events: Sequence[Mapping[str, Any]]) -> StepEvidence | None:
+    """The :class:`StepEvidence` of a run from its job events: the facts the last ``runner_on_ok``
+    of the role's evidence task set (the event whose ``res.ansible_facts`` holds
+    :data:`READING_FACT`). None when that task did not run or failed (the play stopped at a
+    failing method), or chose no fence ({}). Pure parsing: the rule itself is the task's.
+
+    A malformed result never reads as a fence: an unknown ``kind`` or a missing ``source`` gives
+    None, and a reading claimed ``fenced`` whose module evidence is not ``verified: true`` is
+    read as not fenced, with no evidence.
+    """
+    facts: Mapping[str, Any] | None = None
+    for ev in events:
+        if ev.get("event") != "runner_on_ok":
+            continue
+        res = (ev.get("event_data") or {}).get("res") or {}
+        found = res.get("ansible_facts") if isinstance(res, Mapping) else None
+        if isinstance(found, Mapping) and READING_FACT in found:
+            facts = found
+    if facts is None:
+        return None
+    reading, fence = facts.get(READING_FACT), facts.get(EVIDENCE_FACT)
+    if not isinstance(reading, Mapping) or not reading:
+        return None
+    kind, source = reading.get("kind"), reading.get("source")
+    if kind not in FENCE_KINDS or not isinstance(source, str) or not source:
+        log.warning("fence evidence task result unreadable (%s=%r): no evidence", READING_FACT, reading)
+        return None
+    fenced = reading.get("fenced") is True and isinstance(fence, Mapping) and fence.get("verified") is True
+    return StepEvidence(fenced, kind, source, dict(fence) if fenced and isinstance(fence, Mapping) else {})
 
 
 @dataclass(frozen=True)
@@ -143,7 +183,9 @@ class RunOutcome:
     ``failed_tasks`` (``"<task>: <msg>"``, secrets never included: no_log tasks are censored by
     ansible); ``modules`` (fencing module results in run order); ``seconds`` (wall time);
     ``recovered``: read back from the artifacts of an earlier process (the run was not repeated);
-    ``release``: what a fence step's release task did (:class:`Release`), None when it did not run.
+    ``release``: what a fence step's release task did (:class:`Release`), None when it did not run;
+    ``evidence``: what the fence step role's evidence task chose (:class:`StepEvidence`), None
+    when it did not run, failed or found no fence.
     """
 
     ident: str
@@ -158,6 +200,7 @@ class RunOutcome:
     recovered: bool = False
     artifact_dir: str = ""
     release: Release | None = None
+    evidence: StepEvidence | None = None
 
     @property
     def succeeded(self) -> bool:
@@ -177,46 +220,20 @@ class RunOutcome:
         return text
 
 
-def method_readings(
-    methods: Sequence[Mapping[str, Any]], modules: Sequence[ModuleResult]
-) -> tuple[MethodReading, ...]:
-    """Pair the step's ``methods`` extravars (in order) with the fencing module results (in run
-    order) → :class:`MethodReading` values (``state`` from :attr:`ModuleResult.read_back`).
-
-    A method whose module did not run (the play stopped earlier) is left out; a module result
-    whose device type does not match its method is read as ``unknown`` (never a fence).
-    """
-    out: list[MethodReading] = []
-    fencing = set(FENCE_MODULES.values())
-    # methods of other kinds (a cloud default's mark-unschedulable) return no fencing result
-    methods = [m for m in methods if str(m.get("device_type", "")) in fencing]
-    for method, res in zip(methods, modules, strict=False):
-        dtype = str(method.get("device_type", ""))
-        state = res.read_back if res.device_type == dtype else "unknown"
-        out.append(MethodReading(str(method.get("name", "")), dtype, str(method.get("action", "")), state))
-    return tuple(out)
-
-
 def fence_reading(
-    node: str, methods: Sequence[Mapping[str, Any]], outcome: RunOutcome, now: float
+    node: str, outcome: RunOutcome, now: float
 ) -> tuple[FenceReading | None, Mapping[str, Any] | None]:
-    """The step's :class:`FenceReading` (rule: :func:`~noderemedy_runner.machines.actions.reading_from_methods`)
-    and the module evidence dict that proves it (for ``noderemedy.core.node_taint``'s
-    ``fence_evidence``): the first verified power-off result, else the first verified fc result.
-    Runs recovered from old artifacts give no reading (a power cycle's off is a fence only while
-    its read-back is fresh: docs/state-machines.md, known limit)."""
-    if outcome.recovered:
+    """The run's :class:`~noderemedy_runner.machines.actions.FenceReading` of ``node``
+    (``observed_at`` = ``now``) and the module evidence that proves it (for
+    ``noderemedy.core.node_taint``'s ``fence_evidence``; None unless fenced), both from the run's own
+    evidence task (:attr:`RunOutcome.evidence`). (None, None) when that task gave none, and for runs
+    recovered from old artifacts (a power cycle's off is a fence only while its read-back is fresh:
+    docs/state-machines.md, known limit)."""
+    ev = outcome.evidence
+    if outcome.recovered or ev is None:
         return None, None
-    readings = method_readings(methods, outcome.modules)
-    reading = reading_from_methods(node, readings, now)
-    if reading is None or not reading.fenced:
-        return reading, None
-    pairs = list(zip(readings, outcome.modules, strict=False))
-    wanted = POWER_DEVICE_TYPES if reading.kind == "power_off" else ("fc",)
-    for r, res in pairs:
-        if r.device_type in wanted and r.action == "off" and r.state == "off":
-            return reading, dict(res.fence)
-    return reading, None
+    reading = FenceReading(node, ev.fenced, ev.kind, ev.source, now)
+    return reading, (dict(ev.fence) if ev.fenced else None)
 
 
 def parse_events(events: Sequence[Mapping[str, Any]]) -> tuple[dict[str, int], list[str], list[ModuleResult]]:
@@ -499,6 +516,7 @@ class Executor:
             recovered=True,
             artifact_dir=str(art),
             release=release_from_events(events),
+            evidence=evidence_from_events(events),
         )
 
     def run(
@@ -614,6 +632,7 @@ class Executor:
             recovered=False,
             artifact_dir=str(private / "artifacts" / run_ident),
             release=release_from_events(events),
+            evidence=evidence_from_events(events),
         )
 
 
@@ -623,7 +642,9 @@ def _event_counter(path: Path) -> int:
 
 
 __all__ = [
+    "EVIDENCE_FACT",
     "FENCE_MODULES",
+    "READING_FACT",
     "Executor",
     "ExecutorError",
     "ModuleResult",
@@ -631,9 +652,10 @@ __all__ = [
     "Release",
     "RunOutcome",
     "Slots",
+    "StepEvidence",
+    "evidence_from_events",
     "fence_reading",
     "link_collection",
-    "method_readings",
     "parse_events",
     "private_dir_name",
     "release_from_events",

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from noderemedy_lab import pki
+from noderemedy_lab.workload import statefulset as statefulset  # the tests take it from here
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.25) -> Any:
@@ -139,37 +140,3 @@ def identity(lab: Any, tmp_path: Path, user: str) -> Path:
         (work / f).write_bytes((pki_dir / f).read_bytes())
     pki.issue_client_cert(work, user, user)
     return pki.write_kubeconfig(tmp_path / f"{user}.kubeconfig", lab.info["kube"]["server"], work, user)
-
-
-def prefer_node(preferred: str, allowed: list[str]) -> dict:
-    """A pod ``affinity`` that allows only the nodes ``allowed`` and prefers ``preferred``: the pod
-    starts on ``preferred`` and, once that node is gone, can only move to the others."""
-
-    def hostname_in(nodes: list[str]) -> dict:
-        return {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": nodes}]}
-
-    return {
-        "nodeAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [hostname_in(allowed)]},
-            "preferredDuringSchedulingIgnoredDuringExecution": [
-                {"weight": 100, "preference": hostname_in([preferred])}
-            ],
-        }
-    }
-
-
-def statefulset(namespace: str, name: str, pod_spec: dict, **spec: Any) -> dict:
-    """A one-replica StatefulSet manifest ``namespace/name`` (label ``app: <name>``) running
-    ``pod_spec``; ``spec`` adds fields such as ``volumeClaimTemplates``."""
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "StatefulSet",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "replicas": 1,
-            "serviceName": name,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {"metadata": {"labels": {"app": name}}, "spec": pod_spec},
-            **spec,
-        },
-    }

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 
 import boto3
 import pytest
@@ -28,6 +29,8 @@ from ansible_collections.noderemedy.core.plugins.module_utils._fence import (
     PrivilegeError,
     VerifyError,
 )
+from ansible_collections.noderemedy.core.plugins.module_utils._kube import KubeError
+from ansible_collections.noderemedy.core.plugins.module_utils._taint import validate_fence_evidence
 
 pytestmark = pytest.mark.lab
 MODULE = "noderemedy.core.aws_instance_power"
@@ -229,7 +232,7 @@ def test_nothing_listening_is_unreachable(lab, ec2, play) -> None:
     assert out["error"] == "unreachable"
 
 
-def test_an_instance_that_accepts_stop_and_keeps_running_fails(lab, ec2) -> None:
+def test_an_instance_that_accepts_stop_and_keeps_running_fails(lab, ec2, play) -> None:
     c = ec2["credentials"]["fencer"]
     drv = AwsInstanceDriver(
         ec2["stuck"], ec2["region"], c["access_key"], c["secret_key"], ec2["endpoint_url"], power_timeout=1,
@@ -237,6 +240,20 @@ def test_an_instance_that_accepts_stop_and_keeps_running_fails(lab, ec2) -> None
     )  # fmt: skip
     with pytest.raises(VerifyError, match="not verified off within power_timeout=1s"):
         drv.run("off")
+    task = {k: v for k, v in args(ec2, "off", power_timeout=2).items() if k != "provider_id"}
+    res = play(
+        [
+            {
+                "name": "bad",
+                MODULE: {**task, "plug": ec2["stuck"], "region": ec2["region"]},
+                "ignore_errors": True,
+            }
+        ]
+    )
+    out = assert_failed_unfenced(res, "bad")
+    assert out["error"] == "verify" and "not verified off within power_timeout=2s" in out["msg"], out["msg"]
+    with pytest.raises(KubeError, match="fence_evidence.verified: must be true"):
+        validate_fence_evidence(out["fence"], 300, time.time())
     assert viewer_state(ec2, ec2["stuck"]) == "running"
 
 

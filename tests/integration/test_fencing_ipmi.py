@@ -25,8 +25,11 @@ from fencing_support import (
 from ansible_collections.noderemedy.core.plugins.module_utils._fence import (
     AuthError,
     PrivilegeError,
+    VerifyError,
 )
 from ansible_collections.noderemedy.core.plugins.module_utils._ipmi import IpmiDriver
+from ansible_collections.noderemedy.core.plugins.module_utils._kube import KubeError
+from ansible_collections.noderemedy.core.plugins.module_utils._taint import validate_fence_evidence
 
 pytestmark = pytest.mark.lab
 MODULE = "noderemedy.core.ipmi_power"
@@ -225,6 +228,34 @@ def test_a_hung_bmc_fails_as_a_timeout_only_after_power_timeout(lab, run_playboo
     assert "within power_timeout=8s" in out["msg"] and "nothing listens" not in out["msg"]
     assert elapsed >= 8  # it kept trying until power_timeout, not pyghmi's own ~5 s
     assert ipmitool_status(bmc).startswith("Chassis Power is")  # the BMC answers again
+
+
+def test_a_bmc_that_accepts_off_and_stays_on_fails_verification_and_releases_nothing(
+    lab, bmc0, run_playbook
+) -> None:
+    from noderemedy_lab.devices import set_ignore_power
+
+    set_ignore_power(bmc0, True)
+    try:
+        res = run_playbook(
+            [{"name": "bad", MODULE: args(bmc0, "off", power_timeout=2), "ignore_errors": True}]
+        )
+        out = assert_failed_unfenced(res, "bad")
+        assert out["error"] == "verify" and "not verified off within power_timeout=2s" in out["msg"], out[
+            "msg"
+        ]
+        with pytest.raises(KubeError, match="fence_evidence.verified: must be true"):
+            validate_fence_evidence(out["fence"], 300, time.time())
+        with pytest.raises(VerifyError, match="not verified off within power_timeout=1s"):
+            IpmiDriver(
+                bmc0["host"], bmc0["username"], bmc0["password"], ipport=bmc0["port"], power_timeout=1,
+                poll_interval=0.05,
+            ).run("off")  # fmt: skip
+        # the BMC took the commands (logged, answered as done) and the chassis stayed on
+        assert "power 0 ignored" in Path(bmc0["events_log"]).read_text()
+        assert power_file(bmc0) == "1" and ipmitool_status(bmc0) == "Chassis Power is on"
+    finally:
+        set_ignore_power(bmc0, False)
 
 
 def test_cipher_zero_is_refused_before_any_packet(lab, bmc0, run_playbook) -> None:

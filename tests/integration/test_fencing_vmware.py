@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import socket
 import ssl
+import time
 
 import pytest
 from fencing_support import (
@@ -22,13 +23,17 @@ from fencing_support import (
     quartet_tasks,
 )
 from pyVim.connect import Disconnect, SmartConnect
+from pyVim.task import WaitForTask
 from pyVmomi import vim
 
 from ansible_collections.noderemedy.core.plugins.module_utils._fence import (
     AuthError,
     NotFoundError,
     UnreachableError,
+    VerifyError,
 )
+from ansible_collections.noderemedy.core.plugins.module_utils._kube import KubeError
+from ansible_collections.noderemedy.core.plugins.module_utils._taint import validate_fence_evidence
 from ansible_collections.noderemedy.core.plugins.module_utils._vmware import VmwareVmDriver
 
 pytestmark = pytest.mark.lab
@@ -36,8 +41,9 @@ MODULE = "noderemedy.core.vmware_vm_power"
 NODE = "lab-node-0"
 
 
-def peer_state(ep: dict, vm_name: str) -> str:
-    """The VM's runtime.powerState, read in a session of its own."""
+def peer_state(ep: dict, vm_name: str, power_off: bool = False) -> str:
+    """The VM's runtime.powerState, read in a session of its own; ``power_off``: first power the VM
+    off in that session with PowerOffVM_Task and wait for the task (raises if the task fails)."""
     si = SmartConnect(
         host=ep["host"],
         port=ep["port"],
@@ -48,7 +54,10 @@ def peer_state(ep: dict, vm_name: str) -> str:
     try:
         content = si.RetrieveContent()
         view = content.viewManager.CreateContainerView(content.rootFolder, [vim.VirtualMachine], True)
-        return next(str(v.runtime.powerState) for v in view.view if v.name == vm_name)
+        vm = next(v for v in view.view if v.name == vm_name)
+        if power_off:
+            WaitForTask(vm.PowerOffVM_Task())
+        return str(vm.runtime.powerState)
     finally:
         Disconnect(si)
 
@@ -161,6 +170,34 @@ def test_wrong_password_is_an_auth_error(lab, vs, play) -> None:
         VmwareVmDriver(
             vs["host"], "nobody", "x", vs["vms"][NODE], ipport=vs["port"], ca_path=vs["ca_file"]
         ).run("status")
+
+
+def test_a_vm_that_accepts_off_and_stays_on_fails_verification_and_releases_nothing(lab, vs, play) -> None:
+    stuck = vs["stuck_vm"]
+    # the peer's behaviour, seen by a plain pyvmomi session: the power-off task succeeds, the VM stays on
+    assert peer_state(vs, stuck, power_off=True) == "poweredOn"
+    t0 = time.monotonic()
+    res = play(
+        [
+            {
+                "name": "bad",
+                MODULE: {**args(vs, "off"), "plug": stuck, "power_timeout": 2},
+                "ignore_errors": True,
+            }
+        ]
+    )
+    out = assert_failed_unfenced(res, "bad")
+    assert out["error"] == "verify" and "not verified off within power_timeout=2s" in out["msg"], out["msg"]
+    assert out["fence"]["state"] != "off"
+    assert time.monotonic() - t0 < 60
+    with pytest.raises(KubeError, match="fence_evidence.verified: must be true"):
+        validate_fence_evidence(out["fence"], 300, time.time())
+    assert peer_state(vs, stuck) == "poweredOn"
+    with pytest.raises(VerifyError, match="not verified off within power_timeout=1s"):
+        VmwareVmDriver(
+            vs["host"], vs["username"], vs["password"], stuck, ipport=vs["port"], ca_path=vs["ca_file"],
+            power_timeout=1, poll_interval=0.05,
+        ).run("off")  # fmt: skip
 
 
 def test_unknown_vm_untrusted_certificate_and_nothing_listening(lab, vs) -> None:

@@ -10,8 +10,10 @@ StatefulSet's other allowed node). Teardown removes the taint and powers the nod
 from __future__ import annotations
 
 import pytest
-from kube_helpers import apply, fence_task, kjson, prefer_node, statefulset, wait_for
+from kube_helpers import apply, fence_task, kjson, statefulset, wait_for
 from kube_helpers import namespace as kube_namespace
+
+from noderemedy_lab.workload import prefer_node
 
 pytestmark = [pytest.mark.lab, pytest.mark.kube]
 
@@ -171,3 +173,65 @@ def test_taint_on_missing_node(lab_kube, run_playbook):
     res = run_playbook([taint_task("t", "no-such-node", lab_kube.kubeconfig, taints=[OOS])]).task("t")
     assert res["failed"] and res["reason"] == "not_found"
     assert res["msg"] == "node 'no-such-node' not found"
+
+
+def test_force_delete_pods_releases_at_once_what_the_taint_releases_and_only_on_a_verified_fence(
+    lab_kube, namespace, dead_node, run_playbook, tmp_path
+):
+    """force_delete_pods: with the out-of-service taint the node's pods are force-deleted in the
+    same task (not on the pod garbage collector's next pass), except a pod that tolerates the
+    taint; without verified evidence nothing is deleted."""
+    ns, kc = namespace, lab_kube.kubeconfig
+    pod = {
+        "affinity": prefer_node(DEAD, [DEAD, OTHER]),
+        "containers": [{"name": "db", "image": "registry.invalid/db:1"}],
+    }
+    apply(lab_kube, tmp_path, statefulset(ns, "db", pod))
+    tolerant = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "tolerant", "namespace": ns},
+        "spec": {
+            "nodeName": DEAD,
+            "tolerations": [{"key": OOS["key"], "operator": "Exists", "effect": "NoExecute"}],
+            "containers": [{"name": "t", "image": "registry.invalid/t:1"}],
+        },
+    }
+    apply(lab_kube, tmp_path, tolerant)
+
+    def on_dead() -> dict[str, str]:
+        items = kjson(lab_kube, "get", "pods", "-n", ns, "--field-selector", f"spec.nodeName={DEAD}")["items"]
+        return {p["metadata"]["name"]: p["metadata"]["uid"] for p in items}
+
+    before = wait_for(
+        lambda: (p := on_dead()) and {"db-0", "tolerant"} <= set(p) and p, 90, "both pods on the node"
+    )
+    fenced = run_playbook([fence_task(lab_kube, DEAD)]).task("fence")
+    assert not fenced.get("failed"), fenced
+    lab_kube.mark_unreachable(DEAD)
+    lab_kube.wait_nodes([DEAD], {"False", "Unknown"}, 120)
+
+    refused = run_playbook(
+        [
+            taint_task(
+                "oos",
+                DEAD,
+                kc,
+                taints=[OOS],
+                force_delete_pods=True,
+                fence_evidence={**fenced["fence"], "verified": False},
+            )
+        ]
+    ).task("oos")
+    assert refused["failed"] and refused["msg"].startswith("fence_evidence.verified:"), refused
+    assert "deleted_pods" not in refused
+    assert on_dead() == before, "a pod was deleted without a verified fence"
+
+    res = run_playbook(
+        [taint_task("oos", DEAD, kc, taints=[OOS], force_delete_pods=True, fence_evidence=fenced["fence"])]
+    ).task("oos")
+    after = on_dead()  # read right after the task: no pass of the pod garbage collector waited for
+    assert not res.get("failed"), res
+    assert res["deleted_pods"] == [f"{ns}/db-0"], res
+    assert after.get("db-0") != before["db-0"], "the old db-0 is still there"
+    assert after.get("tolerant") == before["tolerant"], "the pod tolerating the taint was deleted"

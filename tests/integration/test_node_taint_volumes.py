@@ -30,7 +30,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-from kube_helpers import apply, fence_task, kjson, prefer_node, statefulset, wait_for
+from kube_helpers import apply, fence_task, kjson, statefulset, wait_for
+
+from noderemedy_lab.workload import prefer_node
 
 pytestmark = [pytest.mark.lab, pytest.mark.kube]
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kube_helpers import apply, prefer_node, statefulset, wait_for
+from kube_helpers import apply, wait_for
 from kubernetes import client
 from test_runner_e2e import (  # noqa: F401 - fixtures shared with the host runner's end-to-end tests
     OOS,
@@ -38,62 +38,21 @@ from test_runner_e2e import (  # noqa: F401 - fixtures shared with the host runn
     taint_present,
 )
 
-from noderemedy_lab.images import BUSYBOX_IMAGE
-from noderemedy_lab.realnode import REAL_TAINT, SHARED_MOUNT
+from noderemedy_lab.workload import failover_figures, prefer_node, uptime, writer_statefulset, writes
 
 pytestmark = [pytest.mark.lab, pytest.mark.kube]
 
 REAL = ["lab-real-0", "lab-real-1"]
-#: one line per 0.1 s to /shared/data/$LOG: "<pod uid> <seconds since boot>", the file opened for each line
-WRITER = (
-    "while true; do read up _ < /proc/uptime; "
-    'echo "$POD_UID $up" >> /shared/data/$LOG || echo "write failed $up"; sleep 0.1; done'
-)
 
 
 def web(namespace: str, preferred: str) -> dict:
-    pod = {
-        "affinity": prefer_node(preferred, REAL),
-        "tolerations": [{**REAL_TAINT, "operator": "Equal"}],
-        "terminationGracePeriodSeconds": 1,
-        "containers": [
-            {
-                "name": "web",
-                "image": BUSYBOX_IMAGE,
-                "imagePullPolicy": "Never",
-                "command": ["/bin/sh", "-c", WRITER],
-                "env": [
-                    {"name": "POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
-                    {"name": "LOG", "value": f"{namespace}.log"},
-                ],
-                "volumeMounts": [
-                    {"name": "shared", "mountPath": "/shared", "mountPropagation": "HostToContainer"}
-                ],
-            }
-        ],
-        "volumes": [{"name": "shared", "hostPath": {"path": SHARED_MOUNT, "type": "Directory"}}],
-    }
-    # OnDelete: a template change (the preference, below) never replaces the running pod itself
-    return statefulset(namespace, "web", pod, updateStrategy={"type": "OnDelete"})
+    return writer_statefulset(namespace, preferred, REAL, f"{namespace}.log")
 
 
 def web0(lab: Any, ns: str) -> dict | None:
     out = lab.kubectl("get", "pods", "-n", ns, "-l", "app=web", "-o", "json")
     items = json.loads(out.stdout)["items"] if out.returncode == 0 else []
     return items[0] if items else None
-
-
-def writes(path: Path) -> dict[str, list[float]]:
-    """uid -> the timestamps (seconds since boot) of its lines, in file order."""
-    out: dict[str, list[float]] = {}
-    for line in path.read_text().splitlines() if path.exists() else []:
-        uid, _, ts = line.partition(" ")
-        out.setdefault(uid, []).append(float(ts))
-    return out
-
-
-def uptime() -> float:
-    return float(Path("/proc/uptime").read_text().split()[0])
 
 
 @pytest.fixture
@@ -171,15 +130,9 @@ def scenario(
     wait_for(lambda: len(writes(shared).get(new, [])) >= 3, 30, "the new writer's lines")
     w = writes(shared)
     assert set(w) == {old, new}, sorted(w)
-    overlapping = [t for t in w[old] if t >= w[new][0]]
-    return {
-        "node": node,
-        "pod_running_elsewhere_s": round(seen["running_elsewhere"] - t_fail, 2),
-        "overlapping_writes": len(overlapping),
-        "old_writer_last_s": round(w[old][-1] - t_fail, 2),
-        "new_writer_first_s": round(w[new][0] - t_fail, 2),
-        "taint_s": round(seen["taint"] - t_fail, 2) if seen["taint"] else None,
-    }
+    fig = failover_figures(w, old, new, t_fail, node, seen["running_elsewhere"])
+    fig["taint_s"] = round(seen["taint"] - t_fail, 2) if seen["taint"] else None
+    return fig
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ command that exits at once, which is what a kubelet that cannot start looks like
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -74,4 +75,49 @@ def test_a_taken_network_name_stops_the_start_before_anything_runs(cfg):
         assert leftovers(cfg) == [f"link {nodes.bridge}"]
     finally:
         subprocess.run(["ip", "link", "delete", nodes.bridge], check=False)
+    assert leftovers(cfg) == []
+
+
+def test_missing_containerd_is_named_before_anything_runs(cfg, tmp_path, monkeypatch):
+    """Every tool a real node needs on PATH but containerd: the start stops at the check, names
+    containerd and its Debian package, and nothing was created."""
+    nodes, sup = real_nodes(cfg, "/bin/false")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("ctr", "runc", "containerd-shim-runc-v2", "socat", "nsenter", "unshare", "ip", "iptables"):
+        found = shutil.which(tool)
+        assert found, f"{tool} is needed on this machine for the comparison"
+        (bin_dir / tool).symlink_to(found)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    with pytest.raises(ComponentError) as err:
+        nodes.start()
+    assert err.value.component == "containerd", str(err.value)
+    assert "containerd" in str(err.value).split(":", 1)[1], str(err.value)
+    assert sup.procs == {}
+    nodes.stop()
+    assert leftovers(cfg) == []
+
+
+def test_a_failed_kubelet_build_stops_lab_up_naming_it_and_nothing_runs(cfg, tmp_path, monkeypatch):
+    """A build cache with the control plane but no kubelet, and a Go module proxy that answers
+    nothing (GOPROXY=off): ``lab up`` with a real node stops with the kubelet build named, before
+    any process of the lab started."""
+    from noderemedy_lab import build
+    from noderemedy_lab.lab import Lab
+
+    real_cache = build.cache_dir()
+    monkeypatch.setenv("NODEREMEDY_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("GOPROXY", "off")
+    monkeypatch.setenv("GOMODCACHE", str(tmp_path / "gomod"))
+    for name, path in build.binary_paths().items():
+        if name in build.NODE_COMMANDS:
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.symlink_to(real_cache / path.relative_to(build.cache_dir()))
+    lab = Lab(cfg)
+    with pytest.raises(ComponentError) as err:
+        lab.start()
+    assert err.value.component == "build kubelet and kube-proxy", str(err.value)
+    assert "GOPROXY=off" in str(err.value)
+    assert lab.supervisor is None, "a process started before the build was known to fail"
     assert leftovers(cfg) == []

@@ -23,11 +23,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kube_helpers import apply, kjson, prefer_node, statefulset, wait_for
+from kube_helpers import apply, kjson, statefulset, wait_for
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 from runner_harness import Runner, delete_nodefences
 
+from noderemedy_lab.workload import prefer_node
 from noderemedy_runner.executor import Executor, private_dir_name
 from noderemedy_runner.kube.errors import Conflict
 from noderemedy_runner.kube.resources import NODEFENCE as NF_CRD
@@ -59,10 +60,38 @@ def fence_config(
 
 
 class FenceNamespace:
-    """The runner's namespace: per-node fence ConfigMaps, templates and credentials Secrets."""
+    """The runner's namespace: per-node fence ConfigMaps, templates and credentials Secrets.
+    ``host``: the address the templates give the devices (None: each device's own, 127.0.0.1; the
+    lab's ``relay_host`` for a runner in a pod on a real node)."""
 
-    def __init__(self, lab: Any, core: client.CoreV1Api, name: str) -> None:
-        self.lab, self.core, self.name = lab, core, name
+    def __init__(self, lab: Any, core: client.CoreV1Api, name: str, host: str | None = None) -> None:
+        self.lab, self.core, self.name, self.host = lab, core, name, host
+
+    def secret(self, name: str, data: dict[str, str]) -> None:
+        """Secret ``name`` with ``data`` (stringData)."""
+        self.put("secret", {"metadata": {"name": name}, "stringData": data})
+
+    def template(self, name: str, properties: str) -> None:
+        """Fence method template ConfigMap ``name`` (``template.properties``)."""
+        self.put("config_map", {"metadata": {"name": name}, "data": {"template.properties": properties}})
+
+    def fill(self) -> None:
+        """The FC switch's template and Secret, and per lab node its BMC's template and Secret and
+        the :meth:`standard` fence configuration."""
+        dev = self.lab.info["devices"]
+        fc = dev["snmp"]["fc"]
+        self.secret("fc-switch", {"community": fc["community"]})
+        self.template(
+            "fence-method-template-fc",
+            f"type=fc\nmodel=ifmib\naddress={self.host or fc['host']}:{fc['port']}\nsecret=fc-switch\nsnmp_version=2c\n",
+        )
+        for node, bmc in dev["bmcs"].items():
+            self.secret(f"bmc-{node}", {"username": bmc["username"], "password": bmc["password"]})
+            self.template(
+                f"fence-method-template-ipmi-{node}",
+                f"type=ipmi\naddress={self.host or bmc['host']}:{bmc['port']}\nsecret=bmc-{node}\ncipher=3\n",
+            )
+            self.standard(node)
 
     def put(self, kind: str, body: dict) -> None:
         create = getattr(self.core, f"create_namespaced_{kind}")
@@ -86,36 +115,7 @@ def fence_ns(lab_kube: Any, api: client.ApiClient) -> Iterator[FenceNamespace]:
     name = f"nr-e2e-{uuid.uuid4().hex[:6]}"
     core.create_namespace({"metadata": {"name": name}})
     ns = FenceNamespace(lab_kube, core, name)
-    dev = lab_kube.info["devices"]
-    fc = dev["snmp"]["fc"]
-    ns.put("secret", {"metadata": {"name": "fc-switch"}, "stringData": {"community": fc["community"]}})
-    ns.put(
-        "config_map",
-        {
-            "metadata": {"name": "fence-method-template-fc"},
-            "data": {
-                "template.properties": f"type=fc\nmodel=ifmib\naddress={fc['host']}:{fc['port']}\nsecret=fc-switch\nsnmp_version=2c\n"
-            },
-        },
-    )
-    for node, bmc in dev["bmcs"].items():
-        ns.put(
-            "secret",
-            {
-                "metadata": {"name": f"bmc-{node}"},
-                "stringData": {"username": bmc["username"], "password": bmc["password"]},
-            },
-        )
-        ns.put(
-            "config_map",
-            {
-                "metadata": {"name": f"fence-method-template-ipmi-{node}"},
-                "data": {
-                    "template.properties": f"type=ipmi\naddress={bmc['host']}:{bmc['port']}\nsecret=bmc-{node}\ncipher=3\n"
-                },
-            },
-        )
-        ns.standard(node)
+    ns.fill()
     yield ns
     delete_nodefences(api)  # the next module on this lab starts without them
     core.delete_namespace(name)

@@ -5,16 +5,40 @@ least-privilege RBAC. Both pass their probes; one holds the leader Lease; ``/met
 inside the pod; the storm guard's status ConfigMap is written (a missing permission shows up as a
 403 in the runner's log, which must not appear); and when the leader pod is force-deleted, the
 other replica takes the Lease over.
+
+Then the pods fence as users' in-cluster runners do, reaching the BMCs and the FC switch through
+the lab's relays on the real nodes' bridge (``devices.relay_host``), with the fence configuration
+in their own namespace:
+
+* the leader pod force-deleted while a NodeFence of a kwok node is in flight: another replica
+  takes over and the NodeFence completes, each device touched once per direction;
+* a partitioned real node (its writer still running) and a powered-off real node fenced before
+  their StatefulSet pod runs elsewhere: zero overlapping writes on the shared storage.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kube_helpers import kjson, wait_for
+from kubernetes import client
+from runner_harness import delete_nodefences
+from test_real_node_fencing import (  # noqa: F401 - fixtures are used by name
+    app,
+    partitioned,
+    powered_off,
+    scenario,
+)
+from test_runner_e2e import OOS, FenceNamespace, get_nf, nodefence
+from test_runner_guards import device_log
 
 pytestmark = [pytest.mark.lab, pytest.mark.kube]
 
@@ -70,6 +94,23 @@ def holder(lab) -> str:
     return lease["spec"].get("holderIdentity") or ""
 
 
+def forbidden(logs: str) -> list[str]:
+    """The runner's JSON log lines that report a 403 (their timestamps left out: a time such as
+    ``12:55:45.403Z`` is not a refusal)."""
+    out = []
+    for line in logs.splitlines():
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            doc = line
+        if isinstance(doc, dict):
+            doc.pop("time", None)
+        text = json.dumps(doc)
+        if re.search(r"\b403\b|[Ff]orbidden", text):
+            out.append(line)
+    return out
+
+
 def test_two_replicas_run_on_real_nodes_with_their_service_account(deployed):
     pods = wait_for(lambda: two_ready(deployed), 180, "two Ready runner pods")
     real = set(deployed.info["real_nodes"])
@@ -88,7 +129,7 @@ def test_two_replicas_run_on_real_nodes_with_their_service_account(deployed):
     )
     for name in names:
         logs = deployed.kubectl("-n", NS, "logs", name).stdout
-        assert "403" not in logs, logs[-3000:]
+        assert not forbidden(logs), logs[-3000:]
         metrics = deployed.kubectl(
             "-n", NS, "exec", name, "--", "python3", "-c",
             "import urllib.request as u; print(u.urlopen('http://127.0.0.1:8080/metrics').read().decode())",
@@ -111,3 +152,108 @@ def test_the_other_replica_takes_over_when_the_leader_is_killed(deployed):
     )
     running = {p["metadata"]["name"] for p in kjson(deployed, "-n", NS, "get", "pods")["items"]}
     assert any(new.startswith(name) for name in running - {leader}), (new, other, running)
+
+
+@pytest.fixture(scope="module")
+def cluster_fences(deployed: Any, api: client.ApiClient) -> Iterator[FenceNamespace]:
+    """The fence configuration of every lab node in the runner's own namespace, the devices
+    addressed through the relays on the real nodes' bridge."""
+    ns = FenceNamespace(deployed, client.CoreV1Api(api), NS, host=deployed.info["devices"]["relay_host"])
+    ns.fill()
+    yield ns
+    delete_nodefences(api)
+
+
+def leader_pod(lab: Any) -> str:
+    pods = wait_for(lambda: two_ready(lab), 180, "two Ready runner pods")
+    lead = wait_for(lambda: holder(lab), 60, "a Lease holder")
+    return next(p["metadata"]["name"] for p in pods if lead.startswith(p["metadata"]["name"]))
+
+
+@pytest.fixture
+def kwok_dead(deployed: Any) -> Iterator[str]:
+    """lab-node-1 (kwok) powered off and NotReady; afterwards untainted, powered on, Ready."""
+    node = "lab-node-1"
+    deployed.power_off(node)
+    deployed.wait_nodes([node], {"False", "Unknown"}, 120)
+    yield node
+    deployed.kubectl("taint", "node", node, f"{OOS}-")
+    deployed.fc_port(node, True)
+    deployed.power_on(node)
+    deployed.wait_nodes([node], "True", 120)
+
+
+@pytest.mark.timeout(600)
+def test_a_nodefence_completes_when_the_leader_pod_is_killed_during_it(
+    deployed: Any, api: client.ApiClient, cluster_fences: FenceNamespace, kwok_dead: str
+) -> None:
+    node = kwok_dead
+    leader = leader_pod(deployed)
+    before = device_log(deployed, node)
+    co = client.CustomObjectsApi(api)
+    name = f"nf-lead-{uuid.uuid4().hex[:6]}"
+    nodefence(co, name, node)
+    # in flight: a run of the fence flow has started (the FC port goes down first)
+    wait_for(
+        lambda: (get_nf(co, name).get("status") or {}).get("status") in ("Running", "Done"),
+        120,
+        "the NodeFence in flight",
+    )
+    t_kill = time.monotonic()
+    out = deployed.kubectl("-n", NS, "delete", "pod", leader, "--force", "--grace-period=0")
+    assert out.returncode == 0, out.stderr
+    new = wait_for(
+        lambda: (h := holder(deployed)) and not h.startswith(leader) and h, 90, "a new Lease holder"
+    )
+    took_over = time.monotonic() - t_kill
+    final = wait_for(
+        lambda: (o := get_nf(co, name)) and (o.get("status") or {}).get("status") in ("Final", "Error") and o,
+        400,
+        "the NodeFence Final",
+    )
+    assert final["status"]["status"] == "Final", final["status"]
+    power, sets = device_log(deployed, node)
+    # the replay after the takeover repeats at most the segment in flight, which is idempotent:
+    # the node (already off: its BMC logs changes only) was switched on, and never cut again after
+    cycle = [line.split()[-1] for line in power[len(before[0]) :].splitlines() if line.strip()]
+    assert cycle and cycle[-1] == "1" and "0" not in cycle[cycle.index("1") :], cycle
+    fc = [str(row[2]) for row in sets[len(before[1]) :]]
+    assert fc and fc[0] == "2" and fc[-1] == "1", fc
+    print(f"\nFIGURE leader killed: new holder {new} after {took_over:.1f} s; power {cycle}; FC {fc}")
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("kind", ["partition", "power_cut"])
+def test_the_runner_pods_fence_a_failed_real_node_before_its_pod_runs_elsewhere(
+    deployed: Any,
+    api: client.ApiClient,
+    cluster_fences: FenceNamespace,
+    app: tuple[str, Path],  # noqa: F811
+    kind: str,
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+) -> None:
+    """partition: the node's link down, its writer alive until the FC fence cuts it off (the
+    fence's power cycle brings the link back, as a reboot does); power_cut: through its BMC."""
+    ns, shared = app
+    node = request.getfixturevalue("partitioned" if kind == "partition" else "powered_off")
+    leader_pod(deployed)
+    fail = deployed.partition if kind == "partition" else deployed.power_off
+    no_runner: Callable[[], None] = lambda: None  # noqa: E731 - the Deployment's pods are the runner
+    fig = scenario(
+        deployed,
+        api,
+        no_runner,  # type: ignore[arg-type]
+        ns,
+        shared,
+        node,
+        lambda: fail(node),
+        tmp_path,
+        on_power_off=(lambda: deployed.heal(node)) if kind == "partition" else None,
+    )
+    print(f"\nFIGURE in-cluster {kind}: {fig}")
+    if kind == "partition":
+        assert fig["old_writer_last_s"] > 0, fig  # alive after the partition, until the fence
+    else:
+        assert fig["old_writer_last_s"] <= 0, "a container of the powered-off node wrote after the cut"
+    assert fig["overlapping_writes"] == 0, fig

@@ -60,25 +60,14 @@ def dead_with_its_bmc(lab_kube: Any, fence_ns: FenceNamespace) -> Iterator[str]:
     removed, the standard configuration back, Ready."""
     dev = lab_kube.info["devices"]
     rpdu = dev["snmp"]["apc-rpdu"]
-    fence_ns.put("secret", {"metadata": {"name": "rpdu"}, "stringData": {"community": rpdu["community"]}})
-    fence_ns.put(
-        "config_map",
-        {
-            "metadata": {"name": "fence-method-template-rpdu"},
-            "data": {
-                "template.properties": f"type=pdu\nmodel=apc-rpdu\naddress={rpdu['host']}:{rpdu['port']}\n"
-                "secret=rpdu\nsnmp_version=2c\n"
-            },
-        },
+    fence_ns.secret("rpdu", {"community": rpdu["community"]})
+    fence_ns.template(
+        "fence-method-template-rpdu",
+        f"type=pdu\nmodel=apc-rpdu\naddress={rpdu['host']}:{rpdu['port']}\nsecret=rpdu\nsnmp_version=2c\n",
     )
-    fence_ns.put(
-        "config_map",
-        {
-            "metadata": {"name": f"fence-method-template-ipmi-dead-{DEAD}"},
-            "data": {
-                "template.properties": f"type=ipmi\naddress=127.0.0.1:{free_udp_port()}\nsecret=bmc-{DEAD}\ncipher=3\n"
-            },
-        },
+    fence_ns.template(
+        f"fence-method-template-ipmi-dead-{DEAD}",
+        f"type=ipmi\naddress=127.0.0.1:{free_udp_port()}\nsecret=bmc-{DEAD}\ncipher=3\n",
     )
     outlet = dev["outlets"][DEAD]
     fence_ns.put(

@@ -14,7 +14,13 @@ from pathlib import Path
 import pytest
 
 from noderemedy_lab import snmp
-from noderemedy_lab.bmc import data_path, render_lan_conf, render_power_hook, validate_power_hook
+from noderemedy_lab.bmc import (
+    data_path,
+    render_lan_conf,
+    render_power_hook,
+    set_ignore_power,
+    validate_power_hook,
+)
 from noderemedy_lab.procs import ComponentError
 
 NODES = ["lab-node-0", "lab-node-1", "lab-node-2"]
@@ -84,6 +90,26 @@ def test_chassis_control_logs_a_failing_hook_and_still_succeeds(tmp_path: Path) 
     assert (tmp_path / "power").read_text().strip() == "0"
     events = (tmp_path / "events.log").read_text()
     assert "boom" in events and "power_hook 0 failed" in events
+
+
+def test_chassis_control_with_ignore_power_answers_done_and_changes_nothing(tmp_path: Path) -> None:
+    (tmp_path / "power").write_text("1\n")
+    calls = tmp_path / "calls"
+    hook = tmp_path / "power_hook"
+    hook.write_text(f'#!/bin/sh\necho "$1" >> {calls}\n')
+    hook.chmod(0o755)
+    bmc = {"power_file": str(tmp_path / "power")}
+    set_ignore_power(bmc, True)
+    for args in (("set", "power", "0"), ("set", "shutdown", "1")):
+        res = _chassis(tmp_path, *args)
+        assert res.returncode == 0 and res.stdout == "", "the BMC answers the command as done"
+    assert _chassis(tmp_path, "get", "power").stdout == "power:1\n"
+    assert not calls.exists() and not (tmp_path / "power.log").exists()
+    assert (tmp_path / "events.log").read_text().count("power 0 ignored") == 2
+    set_ignore_power(bmc, False)
+    set_ignore_power(bmc, False)  # idempotent
+    assert _chassis(tmp_path, "set", "power", "0").returncode == 0
+    assert _chassis(tmp_path, "get", "power").stdout == "power:0\n" and calls.read_text() == "0\n"
 
 
 @pytest.mark.parametrize(
@@ -227,3 +253,31 @@ def test_backend_fc_oper_follows_admin(tmp_path: Path) -> None:
         assert backend.ask("get", ".1.3.6.1.2.1.31.1.1.1.18.3", answers=3)[2] == "lab-node-2-hba0"
     finally:
         backend.close()
+
+
+def test_tcp_listening_does_not_count_a_connection_to_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    from noderemedy_lab import procs
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        assert procs.tcp_listening(server.getsockname()[1])
+
+    def self_connected(address: tuple[str, int], timeout: float) -> socket.socket:
+        # what the kernel does when it picks ``address``'s port as the source port: TCP
+        # simultaneous open with itself, nothing listening
+        s = socket.socket()
+        s.bind(address)
+        s.connect(address)
+        made.append(s.getsockname() == s.getpeername())
+        return s
+
+    made: list[bool] = []
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        free = probe.getsockname()[1]
+    monkeypatch.setattr(procs.socket, "create_connection", self_connected)
+    assert procs.tcp_listening(free) is False
+    assert made == [True], "the probe did connect (to itself)"

@@ -15,12 +15,19 @@
 #   events.log   reset / boot / identify requests, and power-hook failures
 #   power_hook   optional executable, run as "power_hook 0|1" after the state is recorded; its
 #                output goes to events.log; a failure is logged and never changes the BMC's answer
+#   ignore_power optional file: while it exists every power set is answered as done but changes
+#                nothing ("<epoch seconds> power <0|1> ignored" in events.log): a BMC that says
+#                yes and leaves the machine as it is
 dir="$1"; shift
 op="$1"; shift
 state="$dir/power"
 [ -f "$state" ] || echo 1 > "$state"
 
 set_power() {
+    if [ -e "$dir/ignore_power" ]; then
+        echo "$(date +%s.%N) power $1 ignored" >> "$dir/events.log"
+        return 0
+    fi
     echo "$1" > "$state.tmp" && mv -f "$state.tmp" "$state"
     echo "$(date +%s.%N) $1" >> "$dir/power.log"
     if [ -x "$dir/power_hook" ]; then

@@ -431,6 +431,17 @@ class Detector:
             f"{r.reason}: {r.message}",
         )
 
+    def _record_on_both(
+        self, node: str, node_uid: str, fence: str, fence_uid: str, reason: str, message: str
+    ) -> None:
+        """A Normal Event ``reason`` on Node ``node`` and on NodeFence ``fence`` (uids as read), so
+        both ``kubectl describe node`` and ``kubectl describe nodefence`` show it."""
+        for ref in (
+            {"kind": "Node", "apiVersion": "v1", "name": node, "uid": node_uid},
+            {"kind": KIND, "apiVersion": f"{GROUP}/{VERSION}", "name": fence, "uid": fence_uid},
+        ):
+            self.events.record(ref, "Normal", reason, message)
+
     def _create(self, a: Assessment, node: NodeInfo, old: dict[str, Any] | None, now: float) -> None:
         rlog = bind(log, resource=f"{KIND}/{node.name}", node=node.name)
         th = a.threshold
@@ -499,22 +510,8 @@ class Detector:
                 },
             )
             msg = f"node unhealthy ({th.describe() if th else '?'}) under Configuration {a.config}: NodeFence {node.name} created"
-            self.events.record(
-                {"kind": "Node", "apiVersion": "v1", "name": node.name, "uid": node.uid},
-                "Normal",
-                "NodeFenceCreated",
-                msg,
-            )
-            self.events.record(
-                {
-                    "kind": KIND,
-                    "apiVersion": f"{GROUP}/{VERSION}",
-                    "name": node.name,
-                    "uid": created["metadata"]["uid"],
-                },
-                "Normal",
-                "NodeFenceCreated",
-                msg,
+            self._record_on_both(
+                node.name, node.uid, node.name, created["metadata"]["uid"], "NodeFenceCreated", msg
             )
         except KubeError as exc:
             self.metrics.reconcile_error("Detector", node.name, str(exc))
@@ -578,22 +575,8 @@ class Detector:
         self.metrics.nodefence_cancelled()
         rlog.info("cancelled NodeFence: node Ready before fencing started")
         msg = f"node {f.node} Ready again before fencing started: NodeFence {f.name} cancelled (Final, NodeHealthy)"
-        self.events.record(
-            {"kind": "Node", "apiVersion": "v1", "name": f.node, "uid": node.uid},
-            "Normal",
-            "NodeFenceCancelled",
-            msg,
-        )
-        self.events.record(
-            {
-                "kind": KIND,
-                "apiVersion": f"{GROUP}/{VERSION}",
-                "name": f.name,
-                "uid": obj["metadata"].get("uid", ""),
-            },
-            "Normal",
-            "NodeFenceCancelled",
-            msg,
+        self._record_on_both(
+            f.node, node.uid, f.name, obj["metadata"].get("uid", ""), "NodeFenceCancelled", msg
         )
         try:
             self.leases.release(f.node)

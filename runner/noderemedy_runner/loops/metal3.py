@@ -20,24 +20,22 @@ from noderemedy_runner.kube.resources import (
     MACHINE,
     METAL3REMEDIATION,
     KubeIO,
-    has_taint,
     ready_condition,
 )
 from noderemedy_runner.loops.memory import (
     ERROR_REQUEUE_SECONDS,
-    READING_FRESH_SECONDS,
     InMemory,
+    Reconciler,
     meta_of,
-    taint_event,
+    out_of_service_tainted,
 )
 from noderemedy_runner.machines import metal3 as m3
 from noderemedy_runner.machines.actions import (
-    OUT_OF_SERVICE_TAINT_EFFECT,
     OUT_OF_SERVICE_TAINT_KEY,
     Action,
     FenceReading,
 )
-from noderemedy_runner.observer import NullObserver, Observer
+from noderemedy_runner.observer import Observer
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +47,7 @@ POWER_FAILURE_LIMIT = 3
 POWER_REFUSED = ("auth", "privilege")
 
 
-class Metal3RemediationReconciler:
+class Metal3RemediationReconciler(Reconciler):
     """Drives opted-in Metal3Remediation objects through :func:`noderemedy_runner.machines.metal3.decide`.
 
     The BareMetalHost is found from the annotation ``metal3.io/BareMetalHost`` (``ns/name``) on
@@ -70,24 +68,8 @@ class Metal3RemediationReconciler:
         clock: Callable[[], float] = time.time,
         dry_run: bool = False,
     ) -> None:
-        self.kube = kube
-        self.executor = executor
+        super().__init__(kube, executor, observer=observer, clock=clock, dry_run=dry_run)
         self.selector = selector
-        self.observer: Observer = observer or NullObserver()
-        self.clock = clock
-        self.dry_run = dry_run
-        self._held: dict[tuple[str, str], InMemory] = {}
-        self._lock = threading.Lock()
-
-    def held(self, namespace: str, name: str) -> InMemory:
-        """In-memory state of one Metal3Remediation."""
-        with self._lock:
-            return self._held.setdefault((namespace, name), InMemory())
-
-    def forget(self, namespace: str, name: str) -> None:
-        """Drop the in-memory state of a deleted Metal3Remediation."""
-        with self._lock:
-            self._held.pop((namespace, name), None)
 
     def _find_host(
         self, obj: Mapping[str, Any], machine: Mapping[str, Any] | None, node: str | None
@@ -162,9 +144,7 @@ class Metal3RemediationReconciler:
             now = self.clock()
             node_obj = self.kube.get_node(node) if node else None
             ready = ready_condition(node_obj)[0] if node_obj is not None else False
-            taint = node_obj is not None and has_taint(
-                node_obj, OUT_OF_SERVICE_TAINT_KEY, OUT_OF_SERVICE_TAINT_EFFECT
-            )
+            taint = out_of_service_tainted(node_obj)
             drained = True
             if node_obj is not None and taint:
                 drained = not [p for p in self.kube.pods_on_node(str(node)) if not _tolerates_oos(p)]
@@ -173,9 +153,6 @@ class Metal3RemediationReconciler:
                 for c in (machine.get("status") or {}).get("conditions") or []:
                     if c.get("type") == m3.OWNER_REMEDIATED and c.get("status") == "False":
                         owner_false = True
-            reading = held.reading
-            if reading is not None and now - reading.observed_at > READING_FRESH_SECONDS:
-                reading = None
             obs = m3.Metal3Observations(
                 now=now,
                 node=node,
@@ -183,7 +160,7 @@ class Metal3RemediationReconciler:
                 node_ready=ready,
                 taint_present=taint,
                 node_drained=drained,
-                power=reading,
+                power=held.fresh_reading(now),
                 power_failed=held.power_refused or held.power_failures >= POWER_FAILURE_LIMIT,
                 has_finalizer=m3.FINALIZER in (meta.get("finalizers") or []),
                 owner_remediated_false=owner_false,
@@ -287,38 +264,7 @@ class Metal3RemediationReconciler:
             )
             return True
         if action.kind in ("taint_out_of_service", "untaint_out_of_service"):
-            extra: dict[str, Any] = {}
-            if action.kind == "taint_out_of_service":
-                evidence = held.evidence_for(action)
-                if evidence is None:
-                    return False
-                extra["fence_evidence"] = evidence
-            verb = "add" if action.kind == "taint_out_of_service" else "remove"
-            outcome = self.executor.run(
-                action,
-                kind=self.kind,
-                name=name,
-                uid=str(meta.get("uid", "")),
-                namespace=namespace,
-                ident=f"{name}-taint-{verb}-{int(self.clock() * 1000)}",
-                extra_extravars=extra,
-                cancel=cancel,
-            )
-            if not outcome.succeeded:
-                if verb == "add":
-                    held.reading, held.evidence = None, None
-                taint_event(
-                    self.kube,
-                    obj,
-                    str(node or ""),
-                    "Warning",
-                    "OutOfServiceTaintFailed",
-                    f"{verb}: {outcome.summary()}",
-                )
-                return False
-            reason = "OutOfServiceTaint" + ("Added" if verb == "add" else "Removed")
-            taint_event(self.kube, obj, str(node or ""), "Normal", reason, f"node {node}")
-            return True
+            return self.run_taint(obj, str(node or ""), action, held, cancel)
         raise ValueError(f"Metal3Remediation {namespace}/{name}: unexpected action {action.kind}")
 
 

@@ -47,22 +47,20 @@ from noderemedy_runner.kube.errors import Conflict, KubeError
 from noderemedy_runner.kube.resources import (
     NODEFENCE,
     KubeIO,
-    has_taint,
     ready_condition,
 )
 from noderemedy_runner.loops.interop import release_medik8s_lease, start_holds, take_medik8s_lease
 from noderemedy_runner.loops.memory import (
     ERROR_REQUEUE_SECONDS,
-    READING_FRESH_SECONDS,
     InMemory,
+    Reconciler,
     created_at,
     meta_of,
+    out_of_service_tainted,
     taint_event,
 )
 from noderemedy_runner.loops.release import ReleaseLedger, observe_left
 from noderemedy_runner.machines.actions import (
-    OUT_OF_SERVICE_TAINT_EFFECT,
-    OUT_OF_SERVICE_TAINT_KEY,
     Action,
     FenceReading,
 )
@@ -84,7 +82,7 @@ from noderemedy_runner.machines.nodefence import (
     is_terminal,
     new_level_outcomes,
 )
-from noderemedy_runner.observer import NullObserver, Observer
+from noderemedy_runner.observer import Observer
 
 log = logging.getLogger(__name__)
 
@@ -118,17 +116,13 @@ def load_fence_config(
     return parse_fence_config(name, data, templates, node)
 
 
-class NodeFenceReconciler:
+class NodeFenceReconciler(Reconciler):
     """Drives NodeFence objects (cluster-scoped) through :func:`noderemedy_runner.machines.nodefence.decide`.
 
-    Args:
-        kube: API access.
-        executor: runs the playbooks.
+    Args (besides :class:`~noderemedy_runner.loops.memory.Reconciler`'s):
         namespace: where the fence ConfigMaps and credentials Secrets live.
         policy: the machine's tunables (seconds).
-        observer: metrics/logging seam (never raises).
-        clock: wall-clock seconds (injectable for tests).
-        dry_run: decide and log, perform nothing.
+        cloud: the seed's default fence configuration for cloud nodes without a ConfigMap.
     """
 
     kind = "NodeFence"
@@ -145,27 +139,11 @@ class NodeFenceReconciler:
         clock: Callable[[], float] = time.time,
         dry_run: bool = False,
     ) -> None:
-        self.kube = kube
-        self.executor = executor
+        super().__init__(kube, executor, observer=observer, clock=clock, dry_run=dry_run)
         self.namespace = namespace
         self.policy = policy
         self.cloud = cloud
-        self.observer: Observer = observer or NullObserver()
-        self.clock = clock
-        self.dry_run = dry_run
-        self._held: dict[str, InMemory] = {}
-        self._lock = threading.Lock()
         self.releases = ReleaseLedger(policy.max_pods_released_per_minute)
-
-    def held(self, name: str) -> InMemory:
-        """The in-memory state of NodeFence ``name`` (created on first use)."""
-        with self._lock:
-            return self._held.setdefault(name, InMemory())
-
-    def forget(self, name: str) -> None:
-        """Drop the in-memory state of a deleted NodeFence."""
-        with self._lock:
-            self._held.pop(name, None)
 
     def _config_error(self, obj: dict[str, Any], err: FenceConfigError) -> None:
         status = NodeFenceStatus.from_dict(obj.get("status"))
@@ -226,12 +204,7 @@ class NodeFenceReconciler:
             ready, since = ready_condition(node_obj) if node_obj is not None else (False, None)
             if not ready and since is None:
                 since = created_at(obj, now)
-            reading = held.reading
-            if reading is not None and now - reading.observed_at > READING_FRESH_SECONDS:
-                reading = None
-            taint = node_obj is not None and has_taint(
-                node_obj, OUT_OF_SERVICE_TAINT_KEY, OUT_OF_SERVICE_TAINT_EFFECT
-            )
+            taint = out_of_service_tainted(node_obj)
             # safe return: what the release left on the node, looked at before recovery may start
             left = (
                 observe_left(self.kube, node, status.start_time)
@@ -247,7 +220,7 @@ class NodeFenceReconciler:
                 node_ready=ready,
                 not_ready_since=None if ready else since,
                 taint_present=taint,
-                fence=reading,
+                fence=held.fresh_reading(now),
                 result=held.result,
                 generation=int(meta.get("generation") or 0),
                 node_exists=node_obj is not None,
@@ -384,8 +357,7 @@ class NodeFenceReconciler:
         if outcome.status == "canceled":
             return False
         now = self.clock()
-        methods = list(action.extravars.get("methods") or [])
-        reading, evidence = fence_reading(node, methods, outcome, now)
+        reading, evidence = fence_reading(node, outcome, now)
         if reading is not None and reading.fenced and evidence is not None:
             held.reading, held.evidence = reading, dict(evidence)
             method = str(evidence.get("method", "")) or reading.kind
@@ -431,61 +403,24 @@ class NodeFenceReconciler:
     def _taint(
         self, obj: dict[str, Any], node: str, action: Action, held: InMemory, cancel: threading.Event
     ) -> bool:
+        fence = action.fence
+        if action.kind != "taint_out_of_service" or fence is None or fence.kind != "admin_confirmed":
+            return self.run_taint(obj, node, action, held, cancel)
+        # the admin's own verified fence (stonith_admin --confirm): recorded as such, first
         name = str(meta_of(obj).get("name"))
-        extra: dict[str, Any] = {}
-        if (
-            action.kind == "taint_out_of_service"
-            and action.fence is not None
-            and action.fence.kind == "admin_confirmed"
-        ):
-            # the admin's own verified fence (stonith_admin --confirm): recorded as such, first
-            extra["fence_evidence"] = {
-                "verified": True,
-                "method": "admin",
-                "state": "confirmed-down",
-                "target": f"annotation {CONFIRM_DOWN_ANNOTATION} on NodeFence {name}",
-                "verified_at": action.fence.observed_at,
-            }
-            taint_event(
-                self.kube, obj, node, "Warning", "FenceConfirmedByAdmin",
-                f"an admin confirmed node {node} is down ({CONFIRM_DOWN_ANNOTATION}=true on NodeFence {name}): "
-                "its workloads are released on that confirmation, without a fence device",
-            )  # fmt: skip
-        elif action.kind == "taint_out_of_service":
-            evidence = held.evidence_for(action)
-            if evidence is None:
-                return False
-            extra["fence_evidence"] = evidence
-        verb = "add" if action.kind == "taint_out_of_service" else "remove"
-        outcome = self.executor.run(
-            action,
-            kind=self.kind,
-            name=name,
-            uid=str(meta_of(obj).get("uid", "")),
-            ident=f"{name}-taint-{verb}-{int(self.clock() * 1000)}",
-            extra_extravars=extra,
-            cancel=cancel,
-        )
-        if outcome.succeeded:
-            what = (
-                f"out-of-service taint added to node {node} ({action.fence.kind if action.fence else ''} verified)"
-                if verb == "add"
-                else f"out-of-service taint removed from node {node}"
-            )
-            reason = "OutOfServiceTaintAdded" if verb == "add" else "OutOfServiceTaintRemoved"
-            taint_event(self.kube, obj, node, "Normal", reason, what)
-            return True
-        if verb == "add":
-            held.reading, held.evidence = None, None  # read the fence again before another try
         taint_event(
-            self.kube,
-            obj,
-            node,
-            "Warning",
-            "OutOfServiceTaintFailed",
-            f"{verb} taint on {node}: {outcome.summary()}",
-        )
-        return False
+            self.kube, obj, node, "Warning", "FenceConfirmedByAdmin",
+            f"an admin confirmed node {node} is down ({CONFIRM_DOWN_ANNOTATION}=true on NodeFence {name}): "
+            "its workloads are released on that confirmation, without a fence device",
+        )  # fmt: skip
+        evidence = {
+            "verified": True,
+            "method": "admin",
+            "state": "confirmed-down",
+            "target": f"annotation {CONFIRM_DOWN_ANNOTATION} on NodeFence {name}",
+            "verified_at": fence.observed_at,
+        }
+        return self.run_taint(obj, node, action, held, cancel, fence_evidence=evidence)
 
 
 def _resting(status: NodeFenceStatus, policy: NodeFencePolicy) -> bool:

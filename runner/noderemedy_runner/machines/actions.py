@@ -101,8 +101,10 @@ class FenceReading:
     checked the machine by hand and confirmed it down (``admin_confirmed``: Pacemaker's
     ``stonith_admin --confirm``; the admin's verified fence, recorded as such in an Event).
     ``source`` names what was read (a fence method, a BareMetalHost); ``observed_at`` is seconds
-    since the epoch. Built by the executor from module results (their verify-after-action), or
-    by :func:`reading_from_methods`.
+    since the epoch. Built by the executor from what a run's own evidence task chose
+    (``roles/fence_step/tasks/evidence.yml``, the one place the rule lives:
+    :func:`noderemedy_runner.executor.fence_reading`), from a BareMetalHost's power read-back, or
+    from an admin's confirmation.
     """
 
     node: str
@@ -120,40 +122,6 @@ class FenceReading:
     def verifies(self, node: str) -> bool:
         """Whether this reading is a verified fence of ``node``."""
         return self.fenced and self.node == node
-
-
-#: Device types whose verified ``off`` is a power fence (everything on the node is dead). A kdump
-#: message counts: the node runs its crash kernel (fence-agents ``fence_kdump``).
-POWER_DEVICE_TYPES: tuple[str, ...] = ("ipmi", "redfish", "aws", "vmware", "kdump", "pdu")
-
-
-@dataclass(frozen=True)
-class MethodReading:
-    """The read-back of one fence method after it ran: ``device_type`` (ipmi/pdu/fc), the
-    ``action`` asked (on/off/reboot) and the ``state`` read back (``on``/``off``/``unknown``)."""
-
-    method: str
-    device_type: str
-    action: str
-    state: str
-
-
-def reading_from_methods(node: str, readings: tuple[MethodReading, ...], now: float) -> FenceReading | None:
-    """Reduce a step's per-method read-backs to one :class:`FenceReading`, or None if nothing fences.
-
-    Rule (DESIGN.md): a power device (:data:`POWER_DEVICE_TYPES`) asked ``off`` and read back ``off`` is a power
-    fence; otherwise, if the step turned fc ports off, the node is storage-isolated only when
-    *every* such port read back ``off``. Methods asked ``on``/``reboot`` prove nothing. When fc
-    ports were turned off but one is not read back off, the reading is ``fenced=False``.
-    """
-    for r in readings:
-        if r.device_type in POWER_DEVICE_TYPES and r.action == "off" and r.state == "off":
-            return FenceReading(node, True, "power_off", r.method, now)
-    ports = [r for r in readings if r.device_type == "fc" and r.action == "off"]
-    if ports:
-        down = all(r.state == "off" for r in ports)
-        return FenceReading(node, down, "storage_isolated", ",".join(r.method for r in ports), now)
-    return None
 
 
 def _check_references_only(extravars: Mapping[str, Any], path: str = "extravars") -> None:

@@ -478,8 +478,8 @@ def fenced_level(status: NodeFenceStatus, step: Step) -> int:
 def verify_fence_action(name: str, config: FenceConfig, status: NodeFenceStatus | None = None) -> Action:
     """``verify_fence``: read back (no change) the state of every ``off`` method of Isolation and
     PowerManagement (``fence_verify.yml``) -- of the level that fenced (:func:`fenced_level`, from
-    ``status``; level 1 without one); the executor reduces it with
-    :func:`noderemedy_runner.machines.actions.reading_from_methods`."""
+    ``status``; level 1 without one); the run's own evidence task reduces the read-backs to one
+    reading (``roles/fence_step/tasks/evidence.yml``)."""
     s = status or NodeFenceStatus()
     methods = tuple(
         m for step in _FENCE_STEPS for m in config.methods(step, fenced_level(s, step)) if m.action == "off"

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from noderemedy_runner.config.fence import FenceConfig, parse_fence_config
-from noderemedy_runner.machines.actions import Action, FenceReading, MethodReading, reading_from_methods
+from noderemedy_runner.machines.actions import Action, FenceReading
 from noderemedy_runner.machines.nodefence import (
     NodeFenceObservations,
     NodeFencePolicy,
@@ -93,38 +94,49 @@ class World:
             return StepResult(
                 action.ident, ok=False, timed_out=len(action.ident) % 2 == 0, message="device said no"
             )
-        readings: list[MethodReading] = []
+        states: list[tuple[dict[str, Any], str]] = []
         for m in action.extravars["methods"]:
             if m["device_type"] == "fc":
                 self.fc_up = m["action"] == "on"
                 self.ever_fenced |= not self.fc_up
-                readings.append(MethodReading(m["name"], "fc", m["action"], "on" if self.fc_up else "off"))
+                states.append((m, "on" if self.fc_up else "off"))
             else:
                 self.power_on = m["action"] == "on"
                 self.ever_fenced |= not self.power_on
                 restarts = _IDENT_RE.search(action.ident)
                 assert restarts is not None
                 self.power_log.append((int(restarts.group(1)), m["name"], m["action"]))
-                readings.append(
-                    MethodReading(m["name"], m["device_type"], m["action"], "on" if self.power_on else "off")
-                )
+                states.append((m, "on" if self.power_on else "off"))
         if action.step == "Isolation" and self.ready_after_isolation:
             self.node_ready = True
         if action.step == "PowerManagement" and self.revive and self.power_on:
             self.node_ready = True
-        return StepResult(action.ident, ok=True, fence=reading_from_methods(NODE, tuple(readings), now))
+        return StepResult(action.ident, ok=True, fence=evidence_reading(states, now))
 
     def verify(self, action: Action, now: float) -> FenceReading | None:
-        readings = []
+        states = []
         for m in action.extravars["methods"]:
             up = self.fc_up if m["device_type"] == "fc" else self.power_on
             state = "on" if up else "off"
             if m["device_type"] == "ipmi" and self.bmc_dead:
                 state = "unknown"
-            readings.append(MethodReading(m["name"], m["device_type"], m["action"], state))
-        return reading_from_methods(NODE, tuple(readings), now) or FenceReading(
-            NODE, False, "power_off", "none", now
-        )
+            states.append((m, state))
+        return evidence_reading(states, now) or FenceReading(NODE, False, "power_off", "none", now)
+
+
+def evidence_reading(states: list[tuple[dict[str, Any], str]], now: float) -> FenceReading | None:
+    """What the run's evidence task (roles/fence_step/tasks/evidence.yml, tested against real
+    ansible-runner in test_evidence.py) reports in this world: (method, state read back) pairs →
+    a power off read back off, else the fc ports asked off all read back off, else nothing."""
+    off = [(m, state) for m, state in states if m["action"] == "off"]
+    for m, state in off:
+        if m["device_type"] != "fc" and state == "off":
+            return FenceReading(NODE, True, "power_off", m["name"], now)
+    ports = [(m, state) for m, state in off if m["device_type"] == "fc"]
+    if not ports:
+        return None
+    source = ",".join(m["name"] for m, _ in ports)
+    return FenceReading(NODE, all(state == "off" for _, state in ports), "storage_isolated", source, now)
 
 
 @dataclass

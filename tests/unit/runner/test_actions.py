@@ -8,8 +8,6 @@ from noderemedy_runner.machines.actions import (
     Action,
     ActionError,
     FenceReading,
-    MethodReading,
-    reading_from_methods,
     taint_out_of_service,
     untaint_out_of_service,
     wait,
@@ -63,29 +61,3 @@ def test_fence_reading_validates() -> None:
         FenceReading("n", True, "magic", "m", T0)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="without a node"):
         FenceReading("", True, "power_off", "m", T0)
-
-
-@pytest.mark.parametrize(
-    ("readings", "expected"),
-    [
-        ([], None),
-        ([("p", "pdu", "off", "off")], ("power_off", True)),
-        ([("i", "ipmi", "off", "off")], ("power_off", True)),
-        ([("i", "ipmi", "off", "on")], None),
-        ([("p", "pdu", "reboot", "on")], None),
-        ([("p", "pdu", "off", "off"), ("p2", "pdu", "on", "on")], ("power_off", True)),
-        ([("f1", "fc", "off", "off"), ("f2", "fc", "off", "off")], ("storage_isolated", True)),
-        ([("f1", "fc", "off", "off"), ("f2", "fc", "off", "on")], ("storage_isolated", False)),
-        ([("f1", "fc", "off", "off"), ("f2", "fc", "off", "unknown")], ("storage_isolated", False)),
-        ([("f1", "fc", "on", "on")], None),
-    ],
-)
-def test_reading_from_methods(
-    readings: list[tuple[str, str, str, str]], expected: tuple[str, bool] | None
-) -> None:
-    got = reading_from_methods("n1", tuple(MethodReading(*r) for r in readings), T0)
-    if expected is None:
-        assert got is None
-    else:
-        assert got is not None
-        assert (got.kind, got.fenced, got.node) == (*expected, "n1")

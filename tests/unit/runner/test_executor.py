@@ -1,4 +1,4 @@
-"""The executor: event parsing and fence readings (pure), and real ansible-runner runs of small local
+"""The executor: event parsing (pure), and real ansible-runner runs of small local
 playbooks (no network): deadline, cancellation, concurrency bound, suppressed env files, artifact
 recovery after a restart, references-only extravars."""
 
@@ -13,20 +13,13 @@ import pytest
 from noderemedy_runner.executor import (
     Executor,
     ExecutorError,
-    ModuleResult,
     RunOutcome,
-    fence_reading,
     link_collection,
-    method_readings,
     parse_events,
     private_dir_name,
     release_from_events,
 )
 from noderemedy_runner.machines.actions import Action, ActionError
-
-FC_OFF = {"name": "fc-off", "device_type": "fc", "action": "off"}
-IPMI_OFF = {"name": "ipmi-off", "device_type": "ipmi", "action": "off"}
-IPMI_ON = {"name": "ipmi-on", "device_type": "ipmi", "action": "on"}
 
 
 def ev(kind: str, **data: object) -> dict:
@@ -82,9 +75,9 @@ def test_parse_events_counts_failures_and_module_results_in_order() -> None:
     counts, failed, modules = parse_events(events)
     assert counts == {"ok": 3, "changed": 1, "failed": 1}
     assert failed == ["Switch the BMC power (ipmi method): authentication failed at 127.0.0.1:623"]
-    assert [(m.device_type, m.ok, m.read_back, m.error) for m in modules] == [
-        ("fc", True, "off", ""),
-        ("ipmi", False, "unknown", "auth"),
+    assert [(m.device_type, m.ok, m.state, m.fence.get("verified"), m.error) for m in modules] == [
+        ("fc", True, "disabled", True, ""),
+        ("ipmi", False, None, False, "auth"),
     ]
 
 
@@ -106,49 +99,6 @@ def test_release_task_result_is_read_from_the_events() -> None:
     )
     assert refused is not None and not refused.added
     assert refused.message == "conflict: node worker-1 is Ready: refusing"
-
-
-def test_method_readings_pair_methods_with_results_and_distrust_mismatches() -> None:
-    modules = [
-        ModuleResult("noderemedy.core.fc_port", "fc", True, "disabled", {"verified": True}),
-        ModuleResult("noderemedy.core.fc_port", "fc", True, "enabled", {"verified": False}),
-    ]
-    readings = method_readings([FC_OFF, IPMI_OFF, IPMI_ON], modules)
-    assert [(r.method, r.state) for r in readings] == [("fc-off", "off"), ("ipmi-off", "unknown")]
-
-
-def test_method_readings_skip_node_methods_that_return_no_fence() -> None:
-    cordon = {"name": "mark-unschedulable", "device_type": "node", "action": "off"}
-    aws_off = {"name": "stop", "device_type": "aws", "action": "off"}
-    modules = [ModuleResult("noderemedy.core.aws_instance_power", "aws", True, "off", {"verified": True})]
-    readings = method_readings([cordon, aws_off], modules)
-    assert [(r.method, r.device_type, r.state) for r in readings] == [("stop", "aws", "off")]
-
-
-def outcome(*modules: ModuleResult, recovered: bool = False) -> RunOutcome:
-    return RunOutcome("i", "successful", 0, modules=modules, recovered=recovered)
-
-
-def test_fence_reading_power_cycle_gives_the_off_evidence() -> None:
-    off = ModuleResult(
-        "noderemedy.core.ipmi_power",
-        "ipmi",
-        True,
-        "off",
-        {"verified": True, "method": "ipmi", "verified_at": 3.0},
-    )
-    on = ModuleResult("noderemedy.core.ipmi_power", "ipmi", True, "on", {"verified": False, "method": "ipmi"})
-    reading, evidence = fence_reading("n1", [IPMI_OFF, IPMI_ON], outcome(off, on), 10.0)
-    assert reading is not None and reading.verifies("n1") and reading.kind == "power_off"
-    assert evidence == {"verified": True, "method": "ipmi", "verified_at": 3.0}
-
-
-def test_fence_reading_unverified_or_recovered_gives_no_evidence() -> None:
-    fc = ModuleResult("noderemedy.core.fc_port", "fc", True, "enabled", {"verified": False})
-    reading, evidence = fence_reading("n1", [FC_OFF], outcome(fc), 10.0)
-    assert reading is not None and not reading.fenced and evidence is None
-    good = ModuleResult("noderemedy.core.fc_port", "fc", True, "disabled", {"verified": True})
-    assert fence_reading("n1", [FC_OFF], outcome(good, recovered=True), 10.0) == (None, None)
 
 
 def test_private_dir_name_is_a_safe_relative_path() -> None:

@@ -17,7 +17,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import MaxRetryError, NewConnectionError, ReadTimeoutError
 
 from noderemedy_runner.config.remedy import parse_configurations
-from noderemedy_runner.executor import Release, RunOutcome
+from noderemedy_runner.executor import Release, RunOutcome, StepEvidence
 from noderemedy_runner.kube import retry
 from noderemedy_runner.kube.client import REQUEST_TIMEOUT, api
 from noderemedy_runner.kube.errors import Conflict, KubeError, NotFound, classify
@@ -234,11 +234,15 @@ class FakeExecutor:
     def __init__(self, *outcomes: RunOutcome) -> None:
         self.outcomes = list(outcomes)
         self.runs: list[str] = []
+        self.extra: list[dict[str, Any]] = []
 
     def run(self, action: act.Action, **kw: Any) -> RunOutcome:
         self.runs.append(str(kw.get("ident")))
+        self.extra.append(dict(kw.get("extra_extravars") or {}))
         out = self.outcomes.pop(0) if len(self.outcomes) > 1 else self.outcomes[0]
-        return RunOutcome(str(kw.get("ident")), out.status, out.rc, release=out.release)
+        return RunOutcome(
+            str(kw.get("ident")), out.status, out.rc, release=out.release, evidence=out.evidence
+        )
 
 
 @pytest.fixture(autouse=True)
@@ -286,6 +290,41 @@ def test_a_refused_release_is_an_event_on_the_nodefence_and_the_node() -> None:
         ("NodeFence", f"node {NODE}: node_ready: node worker-1 is Ready"),
         ("Node", f"node {NODE}: node_ready: node worker-1 is Ready"),
     ]
+
+
+FC_EVIDENCE = {
+    "verified": True,
+    "method": "fc",
+    "target": "127.0.0.1:161",
+    "state": "disabled",
+    "verified_at": 1.0,
+}
+
+
+def test_the_release_goes_with_the_evidence_the_run_itself_reported() -> None:
+    """The run's own evidence task said "fenced": the reconciler releases with exactly that module
+    evidence; the taint run fails, so the reading is forgotten and both objects get an Event."""
+    kube = FakeKube()
+    fenced = StepEvidence(True, "storage_isolated", "fc-off", FC_EVIDENCE)
+    ex = FakeExecutor(RunOutcome("x", "successful", 0, evidence=fenced), RunOutcome("y", "failed", 2))
+    rec = reconciler(kube, ex)
+    assert rec.reconcile("nf", threading.Event()) == ERROR_REQUEUE_SECONDS
+    assert ex.runs[0] == "nf-r0-isolation-a0" and ex.runs[1].startswith("nf-taint-add-")
+    assert ex.extra[1] == {"fence_evidence": FC_EVIDENCE}
+    failed = [kind for kind, reason, _ in kube.events if reason == "OutOfServiceTaintFailed"]
+    assert failed == ["NodeFence", "Node"]
+    assert rec.held("nf").reading is None and rec.held("nf").evidence is None
+
+
+def test_runs_without_evidence_never_release() -> None:
+    """Runs that succeed but whose evidence task reported nothing (it did not run, or found no
+    fence): the steps go on, no taint run is ever asked for."""
+    kube = FakeKube()
+    ex = FakeExecutor(RunOutcome("x", "successful", 0))
+    reconciler(kube, ex).reconcile("nf", threading.Event())
+    assert ex.runs[:2] == ["nf-r0-isolation-a0", "nf-r0-power-management-a0"]
+    assert not [r for r in ex.runs if "taint" in r]
+    assert kube.writes[-1]["status"] == "Done"
 
 
 # --- the detector against an in-memory Kubernetes layer -----------------------------------------------

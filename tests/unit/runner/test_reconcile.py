@@ -13,7 +13,8 @@ import pytest
 from noderemedy_runner.config.fence import FenceConfigError
 from noderemedy_runner.executor import Executor
 from noderemedy_runner.kube.resources import has_taint, ready_condition
-from noderemedy_runner.loops.metal3 import _tolerates_oos
+from noderemedy_runner.loops.memory import READING_FRESH_SECONDS, InMemory
+from noderemedy_runner.loops.metal3 import Metal3RemediationReconciler, _tolerates_oos
 from noderemedy_runner.loops.nodefence import NodeFenceReconciler, load_fence_config
 from noderemedy_runner.machines import actions as act
 from noderemedy_runner.machines.actions import FenceReading
@@ -105,3 +106,23 @@ def test_taint_is_refused_unless_the_held_evidence_is_for_that_reading(tmp_path:
     assert rec._taint({"metadata": {"name": "nf"}}, NODE, action, held, threading.Event()) is False
     assert held.reading is None and held.evidence is None  # forces a fresh verify_fence
     assert not any(tmp_path.rglob("artifacts"))
+
+
+def test_the_reconcilers_keep_one_memory_per_resource_and_forget_it(tmp_path: Path) -> None:
+    """Both reconcilers keep their in-memory state in the shared base: one per key, dropped by
+    forget(); a Metal3Remediation's key has its namespace, so equal names never share it."""
+    ex = Executor(tmp_path, tmp_path)
+    nf = NodeFenceReconciler(kube=None, executor=ex, namespace="ns", policy=NodeFencePolicy())  # type: ignore[arg-type]
+    m3 = Metal3RemediationReconciler(kube=None, executor=ex)  # type: ignore[arg-type]
+    held = nf.held("nf")
+    assert nf.held("nf") is held and nf.held("other") is not held
+    nf.forget("nf")
+    assert nf.held("nf") is not held
+    assert m3.held("a", "m") is m3.held("a", "m") and m3.held("a", "m") is not m3.held("b", "m")
+
+
+def test_a_held_reading_is_offered_only_while_fresh() -> None:
+    held = InMemory(reading=FenceReading(NODE, True, "power_off", "ipmi-off", 100.0))
+    assert held.fresh_reading(100.0 + READING_FRESH_SECONDS) is held.reading
+    assert held.fresh_reading(100.1 + READING_FRESH_SECONDS) is None
+    assert InMemory().fresh_reading(100.0) is None

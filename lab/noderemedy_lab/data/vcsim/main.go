@@ -2,7 +2,9 @@
 // the noderemedy lab's power hook. Written for the lab; the simulator is govmomi's.
 //
 // Flags: -l host:port, -username, -password, -tlscert, -tlskey, -vm N (VMs per resource pool),
-// -power-delay-ms (PowerOnVM_Task / PowerOffVM_Task take this long, as on a real host).
+// -power-delay-ms (PowerOnVM_Task / PowerOffVM_Task take this long, as on a real host),
+// -stays-on NAME[,NAME...] (those VMs accept PowerOffVM_Task, whose task succeeds, and stay
+// poweredOn: a host that says yes and does nothing).
 // Environment: NODEREMEDY_POWER_HOOK (JSON argv) and NODEREMEDY_VM_NODES (JSON {vm name: node}):
 // every power state change of such a VM runs hook + [node, "0"|"1"] (bounded to 10 s).
 package main
@@ -23,8 +25,11 @@ import (
 	"time"
 
 	"github.com/vmware/govmomi/simulator"
+	"github.com/vmware/govmomi/vim25/methods"
 	"github.com/vmware/govmomi/vim25/mo"
-	"github.com/vmware/govmomi/vim25/types")
+	"github.com/vmware/govmomi/vim25/soap"
+	"github.com/vmware/govmomi/vim25/types"
+)
 
 type powerHook struct {
 	argv  []string
@@ -64,6 +69,42 @@ func (h *powerHook) UpdateObject(_ *simulator.Context, obj mo.Reference, changes
 	}
 }
 
+// staysOn answers PowerOffVM_Task for the VMs listed in -stays-on: the same power-off task the
+// simulator creates, completing with success, and no change to the VM's power state.
+//
+// The registry's Handler is asked first for every method call, but a logged-in session's lookup
+// of the call's target then replaces whatever it returned (Session.Get falls back to the shared
+// registry), so the Handler points the call at this object's own reference instead, which no
+// registry holds. The VM is still named by the request body's This.
+type staysOn struct {
+	Self  types.ManagedObjectReference
+	names map[string]bool
+}
+
+func (s *staysOn) Reference() types.ManagedObjectReference { return s.Self }
+
+func (s *staysOn) PowerOffVMTask(ctx *simulator.Context, req *types.PowerOffVM_Task) soap.HasFault {
+	vm := ctx.Map.Get(req.This).(*simulator.VirtualMachine)
+	name := vm.Name
+	task := simulator.CreateTask(vm, "powerOff", func(*simulator.Task) (types.AnyType, types.BaseMethodFault) {
+		log.Printf("stays-on %s: PowerOffVM_Task accepted, power left as it is", name)
+		return nil, nil
+	})
+	return &methods.PowerOffVM_TaskBody{Res: &types.PowerOffVM_TaskResponse{Returnval: task.Run(ctx)}}
+}
+
+func (s *staysOn) handler(ctx *simulator.Context, m *simulator.Method) (mo.Reference, types.BaseMethodFault) {
+	if m.Name != "PowerOffVM_Task" {
+		return nil, nil
+	}
+	vm, ok := ctx.Map.Get(m.This).(*simulator.VirtualMachine)
+	if !ok || !s.names[vm.Name] {
+		return nil, nil
+	}
+	m.This = s.Self
+	return s, nil
+}
+
 func main() {
 	listen := flag.String("l", "127.0.0.1:8989", "listen address")
 	user := flag.String("username", "user", "login user name")
@@ -72,6 +113,7 @@ func main() {
 	key := flag.String("tlskey", "", "TLS key file")
 	vms := flag.Int("vm", 2, "VMs per resource pool")
 	delay := flag.Int("power-delay-ms", 500, "milliseconds PowerOnVM_Task / PowerOffVM_Task take")
+	staysOnVMs := flag.String("stays-on", "", "comma-separated VM names that accept power-off and stay on")
 	flag.Parse()
 
 	hook := &powerHook{nodes: map[string]string{}}
@@ -95,6 +137,14 @@ func main() {
 		log.Fatal(err)
 	}
 	model.Map().AddHandler(hook)
+	if *staysOnVMs != "" {
+		names := map[string]bool{}
+		for _, n := range strings.Split(*staysOnVMs, ",") {
+			names[n] = true
+		}
+		so := &staysOn{Self: types.ManagedObjectReference{Type: "NoderemedyLab", Value: "stays-on"}, names: names}
+		model.Map().Handler = so.handler
+	}
 	model.Service.Listen = &url.URL{Host: *listen, User: url.UserPassword(*user, *pass)}
 	model.Service.TLS = new(tls.Config)
 	if *cert != "" {
