@@ -258,6 +258,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="nodes in their PowerManagement step at once (the seed's 'at most N nodes'; default 1)",
     )
     act.add_argument(
+        "--max-pods-released-per-minute",
+        type=int,
+        default=0,
+        metavar="N",
+        help="release rate limit: pods the out-of-service taint may evict within any 60 s (counted "
+        "on the node at its release); a release over it waits with WorkloadsReleased=False "
+        "ReleaseRateLimited, the fencing does not (default 0: no limit; docs/concepts.md)",
+    )
+    act.add_argument(
         "--device-check-interval",
         type=float,
         default=300.0,
@@ -318,7 +327,10 @@ def _positive(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         p.error(f"--run-deadline: {args.run_deadline} must be positive")
     if not 0 <= args.run_nice <= 19:
         p.error(f"--run-nice: {args.run_nice} must be 0..19 (an increase of niceness)")
-    for flag in ("grace_seconds", "step_retries", "retry_delay", "max_restarts", "restart_delay"):
+    for flag in (
+        "grace_seconds", "step_retries", "retry_delay", "max_restarts", "restart_delay",
+        "max_pods_released_per_minute",
+    ):  # fmt: skip
         if getattr(args, flag) < 0:
             p.error(f"--{flag.replace('_', '-')}: {getattr(args, flag)} must not be negative")
     if args.recovery_timeout <= 0:
@@ -501,6 +513,7 @@ def main(argv: list[str] | None = None) -> int:
                     max_restarts=args.max_restarts,
                     restart_delay_seconds=args.restart_delay,
                     max_power_fencing=args.max_power_fencing,
+                    max_pods_released_per_minute=args.max_pods_released_per_minute,
                 ),
                 cloud=CloudDefaults(args.cloud_credentials_secret, args.cloud_endpoint_url)
                 if args.cloud_credentials_secret

@@ -1,5 +1,5 @@
 """The reconcilers' typed access to the objects they need: custom resources, Nodes, ConfigMaps,
-Pods; status writes with resourceVersion conflicts; finalizers; Machine conditions.
+Pods, VolumeAttachments; status writes with resourceVersion conflicts; finalizers; Machine conditions.
 
 Objects are returned as plain JSON dicts (``_preload_content=False``), the shape the pure
 machines and the CRDs use. Status writes are a PUT of the whole ``.status`` on the status
@@ -74,6 +74,7 @@ class KubeIO:
         self.api = api_client
         self.core = api(api_client, client.CoreV1Api)
         self.custom = api(api_client, client.CustomObjectsApi)
+        self.storage = api(api_client, client.StorageV1Api)
         self.events = events or EventRecorder(api_client)
 
     # --- reads -----------------------------------------------------------------------------
@@ -128,6 +129,12 @@ class KubeIO:
             field_selector=f"spec.nodeName={node}", _preload_content=False
         )
         return [dict(p) for p in read_json(resp).get("items") or []]
+
+    def volume_attachments(self) -> list[dict[str, Any]]:
+        """Every ``storage.k8s.io/v1`` VolumeAttachment (cluster-scoped; the API cannot select
+        them by ``spec.nodeName``, so the caller filters)."""
+        resp = self.storage.list_volume_attachment(_preload_content=False)
+        return [dict(v) for v in _json(resp).get("items") or []]
 
     # --- writes ----------------------------------------------------------------------------
     def replace_status(self, crd: CRD, obj: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str, Any]:

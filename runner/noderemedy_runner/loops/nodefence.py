@@ -59,6 +59,7 @@ from noderemedy_runner.loops.memory import (
     out_of_service_tainted,
     taint_event,
 )
+from noderemedy_runner.loops.release import ReleaseLedger, observe_left
 from noderemedy_runner.machines.actions import (
     Action,
     FenceReading,
@@ -69,7 +70,10 @@ from noderemedy_runner.machines.nodefence import (
     CONFIRM_DOWN_ANNOTATION,
     CONFIRM_MISSING_NODE_ANNOTATION,
     HOLD_REASONS,
+    RELEASE_RATE_LIMITED,
     STOP_ANNOTATION,
+    WAITING_FOR_DETACH,
+    WORKLOADS_RELEASED,
     NodeFenceObservations,
     NodeFencePolicy,
     NodeFenceStatus,
@@ -139,6 +143,7 @@ class NodeFenceReconciler(Reconciler):
         self.namespace = namespace
         self.policy = policy
         self.cloud = cloud
+        self.releases = ReleaseLedger(policy.max_pods_released_per_minute)
 
     def _config_error(self, obj: dict[str, Any], err: FenceConfigError) -> None:
         status = NodeFenceStatus.from_dict(obj.get("status"))
@@ -199,12 +204,22 @@ class NodeFenceReconciler(Reconciler):
             ready, since = ready_condition(node_obj) if node_obj is not None else (False, None)
             if not ready and since is None:
                 since = created_at(obj, now)
+            taint = out_of_service_tainted(node_obj)
+            # safe return: what the release left on the node, looked at before recovery may start
+            left = (
+                observe_left(self.kube, node, status.start_time)
+                if taint
+                and status.status == "Done"
+                and status.current_run is None
+                and (ready or status.step == "Recovery")  # when the machine asks for it
+                else None
+            )
             obs = NodeFenceObservations(
                 node=node,
                 now=now,
                 node_ready=ready,
                 not_ready_since=None if ready else since,
-                taint_present=out_of_service_tainted(node_obj),
+                taint_present=taint,
                 fence=held.fresh_reading(now),
                 result=held.result,
                 generation=int(meta.get("generation") or 0),
@@ -212,8 +227,18 @@ class NodeFenceReconciler(Reconciler):
                 missing_node_confirmed=_annotated(meta, CONFIRM_MISSING_NODE_ANNOTATION),
                 stop_requested=_annotated(meta, STOP_ANNOTATION),
                 down_confirmed=_annotated(meta, CONFIRM_DOWN_ANNOTATION),
+                left_on_node=left,
             )
             action = decide(name, status, obs, config, self.policy, self.namespace)
+            if not self.dry_run and (
+                action.releases_workloads
+                or (action.kind == "run_step" and action.extravars.get("release_workloads"))
+            ):  # the release rate limit (docs/concepts.md): a held release waits, the fencing goes
+                # on (and may decide to start a step: the guards below are asked then)
+                rate_hold = self.releases.hold(self.kube, node, now)
+                if rate_hold is not None:
+                    obs = replace(obs, release_hold=rate_hold)
+                    action = decide(name, status, obs, config, self.policy, self.namespace)
             if action.reason in ("StartIsolation", "StartPowerManagement"):  # guards: docs/concepts.md
                 holds = start_holds(
                     self.kube.api, obj, node, now, self.policy.max_restarts, self.policy.max_power_fencing
@@ -270,6 +295,17 @@ class NodeFenceReconciler(Reconciler):
             moved = f"{old.status} -> {new.status}" if new.status != old.status else new.status
             run = f", run {new.current_run.ident}" if new.current_run is not None else ""
             self.kube.event(obj, type_, action.reason, f"{moved}, step {new.step}{run}{detail}")
+        old_proc = find_condition(old.conditions, "Processing")
+        if action.reason == RELEASE_RATE_LIMITED or (
+            action.reason == WAITING_FOR_DETACH
+            and (old_proc is None or old_proc.reason != WAITING_FOR_DETACH)
+        ):  # a release that waits, or a return that waits for the release to finish: said once
+            cond = find_condition(
+                new.conditions, WORKLOADS_RELEASED if action.reason == RELEASE_RATE_LIMITED else "Processing"
+            )
+            taint_event(
+                self.kube, obj, node, "Normal", action.reason, cond.message if cond else action.reason
+            )
         if action.reason in HOLD_REASONS:  # a guard holds the start of a step: say why
             cond = find_condition(new.conditions, "Processing")
             self.kube.event(obj, "Normal", action.reason, cond.message if cond is not None else action.reason)

@@ -11,7 +11,8 @@ Automaton (DESIGN.md "NodeFence"; docs/state-machines.md has the diagram)::
     New      node NotReady for grace_seconds → run Isolation → Running
              node Ready → Final (nothing done yet) or Done (after a restart: recover)
     Running  node Ready → Done; else run PowerManagement → Done
-    Done     node Ready → run Recovery, remove the out-of-service taint → Final;
+    Done     node Ready, its old pods and VolumeAttachments gone (safe return, below) → run
+             Recovery, remove the out-of-service taint → Final;
              NotReady for recovery_timeout_seconds after entering Done → Error
     Error    after restart_delay_seconds → New (restarts + 1) while restarts < max_restarts;
              then stay Error (Succeeded=False, RestartLimitReached)
@@ -46,8 +47,23 @@ and PowerManagement runs started while the node carries no taint release in the 
 fence that run verified (:func:`run_step_action` ``release``); the taint action is then the
 fallback for a run whose release was refused or lost.
 
+Safe return (KEP-2268; DESIGN.md invariant 7): in Done, while the node carries the taint, the
+Recovery step (which unfences storage) and the removal of the taint start only once the
+observations show nothing left of the release (:class:`~noderemedy_runner.machines.release.LeftOnNode`:
+the node's old pods gone from the API, no VolumeAttachment naming the node). Until then
+``Processing=True``, reason :data:`WAITING_FOR_DETACH`, with the counts, and another look every
+:data:`RELEASE_RECHECK_SECONDS`. Without the observation (``left_on_node`` None) it waits too.
+
+Release rate (node remedy seed; :func:`~noderemedy_runner.machines.release.admit`): when the
+observations carry a ``release_hold`` the machine releases nothing -- step runs go without
+``release_workloads``, no ``taint_out_of_service`` -- and says so once in the condition
+``WorkloadsReleased=False``, reason :data:`RELEASE_RATE_LIMITED`; the fencing itself goes on, and
+no wait is longer than the hold's ``retry_seconds``. Once the taint is on, ``WorkloadsReleased``
+turns True (``Released``).
+
 Conditions (medik8s vocabulary): ``Processing``, ``FenceAgentActionSucceeded``, ``Succeeded``,
-plus ``FenceVerified`` (the last step's read-back showed a fence holding).
+plus ``FenceVerified`` (the last step's read-back showed a fence holding) and, only after a
+release had to wait for the rate limit, ``WorkloadsReleased``.
 """
 
 from __future__ import annotations
@@ -71,6 +87,7 @@ from noderemedy_runner.machines.conditions import (
     set_condition,
 )
 from noderemedy_runner.machines.guards import HOLD_RECHECK_SECONDS, Hold
+from noderemedy_runner.machines.release import LeftOnNode, RateHold
 
 Phase = Literal["New", "Running", "Done", "Final", "Error"]
 PHASES: tuple[Phase, ...] = ("New", "Running", "Done", "Final", "Error")
@@ -79,6 +96,13 @@ PROCESSING = "Processing"
 FENCE_AGENT_ACTION_SUCCEEDED = "FenceAgentActionSucceeded"
 SUCCEEDED = "Succeeded"
 FENCE_VERIFIED = "FenceVerified"
+WORKLOADS_RELEASED = "WorkloadsReleased"
+#: ``Processing`` reason while recovery waits for the release to finish (safe return).
+WAITING_FOR_DETACH = "WaitingForDetach"
+#: ``WorkloadsReleased`` reason while a release waits for the release rate limit.
+RELEASE_RATE_LIMITED = "ReleaseRateLimited"
+#: Seconds between looks at a node whose release has not finished.
+RELEASE_RECHECK_SECONDS = 5.0
 
 #: Longest executor message copied into a condition (metav1.Condition allows 32768).
 MAX_MESSAGE = 1024
@@ -290,8 +314,10 @@ class NodeFenceStatus:
 class NodeFencePolicy:
     """Tunables (all durations in seconds). ``step_retries``: extra attempts per step;
     ``max_restarts``: Error → New restarts of the whole flow; ``max_power_fencing``: nodes in
-    their PowerManagement step at once (:mod:`noderemedy_runner.machines.guards`). Raises ValueError when
-    negative (``max_power_fencing``: below 1)."""
+    their PowerManagement step at once (:mod:`noderemedy_runner.machines.guards`);
+    ``max_pods_released_per_minute``: the release rate limit, in pods the out-of-service taint
+    evicts per 60 s window (:func:`noderemedy_runner.machines.release.admit`; 0: no limit).
+    Raises ValueError when negative (``max_power_fencing``: below 1)."""
 
     grace_seconds: float = 60.0
     step_retries: int = 2
@@ -300,6 +326,7 @@ class NodeFencePolicy:
     max_restarts: int = 1
     restart_delay_seconds: float = 30.0
     max_power_fencing: int = 1
+    max_pods_released_per_minute: int = 0
 
     def __post_init__(self) -> None:
         for name in self.__dataclass_fields__:
@@ -336,7 +363,11 @@ class NodeFenceObservations:
     etcd quorum, one control-plane node at a time, the power fencing limit); a step already
     committed is not held. ``stop_requested``: an admin asked the NodeFence to stop
     (:data:`STOP_ANNOTATION`). ``down_confirmed``: an admin confirmed by hand that the machine
-    is down (:data:`CONFIRM_DOWN_ANNOTATION`)."""
+    is down (:data:`CONFIRM_DOWN_ANNOTATION`). ``left_on_node``: what the release left on the node
+    (old pods, VolumeAttachments; :mod:`noderemedy_runner.machines.release`), looked at while the
+    NodeFence is Done with no committed run, the node tainted and Ready (or Recovery done); None:
+    not looked at (recovery and the removal of the taint then wait). ``release_hold``: the
+    release rate limit holds releases now."""
 
     node: str
     now: float
@@ -351,6 +382,8 @@ class NodeFenceObservations:
     start_holds: Mapping[str, Hold] = field(default_factory=dict)
     stop_requested: bool = False
     down_confirmed: bool = False
+    left_on_node: LeftOnNode | None = None
+    release_hold: RateHold | None = None
 
 
 def run_ident(name: str, restarts: int, step: Step, attempt: int, segment: int = 0, level: int = 1) -> str:
@@ -540,6 +573,36 @@ def _held(s: NodeFenceStatus, hold: Hold, now: float) -> Action:
     return act.wait(HOLD_RECHECK_SECONDS, hold.reason)
 
 
+def _release_unfinished(s: NodeFenceStatus, obs: NodeFenceObservations, now: float) -> Action | None:
+    """Safe return: None when recovery may start and the taint may go (no taint, or nothing left
+    on the node); else say what is left in ``Processing`` (when it changed) or look again."""
+    if not obs.taint_present:
+        return None
+    left = obs.left_on_node
+    if left is not None and left.empty:
+        return None
+    if left is None:  # not looked at: never recover blind
+        return act.wait(RELEASE_RECHECK_SECONDS, WAITING_FOR_DETACH)
+    message = (
+        f"the out-of-service taint stays and recovery waits until the old pods of node {obs.node} are "
+        f"gone and its volumes detached: {left.summary()} left"
+    )[:MAX_MESSAGE]
+    cond = find_condition(s.conditions, PROCESSING)
+    if cond is not None and (cond.status, cond.reason, cond.message) == ("True", WAITING_FOR_DETACH, message):
+        return act.wait(RELEASE_RECHECK_SECONDS, WAITING_FOR_DETACH)
+    return _write(_cond(s, PROCESSING, "True", WAITING_FOR_DETACH, message, now), WAITING_FOR_DETACH)
+
+
+def _rate_limited(s: NodeFenceStatus, hold: RateHold, now: float) -> Action | None:
+    """A held release: write ``WorkloadsReleased=False`` (:data:`RELEASE_RATE_LIMITED`) once;
+    None when it is already written."""
+    cond = find_condition(s.conditions, WORKLOADS_RELEASED)
+    if cond is not None and cond.status == "False" and cond.reason == RELEASE_RATE_LIMITED:
+        return None
+    new = _cond(s, WORKLOADS_RELEASED, "False", RELEASE_RATE_LIMITED, hold.message[:MAX_MESSAGE], now)
+    return _write(new, RELEASE_RATE_LIMITED)
+
+
 def _apply_result(
     name: str,
     s: NodeFenceStatus,
@@ -641,6 +704,21 @@ def decide(
     The same (status, observations) always yield the same action. Raises ValueError when
     ``config`` or ``obs`` are for another node than each other.
     """
+    action = _decide(name, status, obs, config, policy, namespace)
+    hold = obs.release_hold
+    if hold is not None and action.kind == "wait" and action.seconds > hold.retry_seconds:
+        return act.wait(hold.retry_seconds, action.reason)  # the release is asked for again then
+    return action
+
+
+def _decide(
+    name: str,
+    status: NodeFenceStatus,
+    obs: NodeFenceObservations,
+    config: FenceConfig,
+    policy: NodeFencePolicy,
+    namespace: str | None,
+) -> Action:
     node = obs.node
     if config.node != node:
         raise ValueError(
@@ -705,6 +783,10 @@ def decide(
         and s.current_run is None
     ):
         if not obs.taint_present:
+            if obs.release_hold is not None:
+                return _rate_limited(s, obs.release_hold, now) or act.wait(
+                    obs.release_hold.retry_seconds, RELEASE_RATE_LIMITED
+                )
             return act.taint_out_of_service(node, FenceReading(node, True, "admin_confirmed", "admin", now))
         if s.status in ("New", "Running", "Error"):
             new = replace(s, step="PowerManagement", retries=0, start_time=s.start_time or now)
@@ -727,14 +809,26 @@ def decide(
             run.step != "Recovery"
             and obs.node_exists
             and not obs.taint_present
+            and obs.release_hold is None
             and any(m.action == "off" for m in _segment(config, run))
         )
         return run_step_action(name, run, config, namespace, release)
 
-    # 2. Release workloads as soon as a fence is verified (invariant 1: only with a reading).
+    # 2. Release workloads as soon as a fence is verified (invariant 1: only with a reading), and
+    #    the release rate allows; a held release is said once and the fencing goes on meanwhile.
+    released = find_condition(s.conditions, WORKLOADS_RELEASED)
+    if obs.taint_present and released is not None and released.reason == RELEASE_RATE_LIMITED:
+        new = _cond(
+            s, WORKLOADS_RELEASED, "True", "Released", f"node {node} carries the out-of-service taint", now
+        )
+        return _write(new, "Released")
     if s.status in ("Running", "Done") and s.step != "Recovery" and obs.node_exists and not obs.taint_present:
         if obs.fence is not None and obs.fence.verifies(node):
-            return act.taint_out_of_service(node, obs.fence)
+            if obs.release_hold is None:
+                return act.taint_out_of_service(node, obs.fence)
+            held_write = _rate_limited(s, obs.release_hold, now)
+            if held_write is not None:
+                return held_write
         if is_true(s.conditions, FENCE_VERIFIED):
             if obs.fence is None:
                 return verify_fence_action(name, config, s)
@@ -778,13 +872,23 @@ def decide(
     if s.status == "Done":
         if s.step == "Recovery":  # recovery methods finished (a failed run goes to Error)
             if obs.taint_present:
-                return act.untaint_out_of_service(node)
+                return _release_unfinished(s, obs, now) or act.untaint_out_of_service(node)
             new = _cond(s, PROCESSING, "False", "RemediationFinished", "node recovered", now)
             new = _cond(new, SUCCEEDED, "True", "RemediationFinished", "node fenced and recovered", now)
             if find_condition(new.conditions, FENCE_VERIFIED) is not None:
                 new = _cond(new, FENCE_VERIFIED, "False", "FenceReleased", "recovery ran", now)
+            if (
+                rel := find_condition(new.conditions, WORKLOADS_RELEASED)
+            ) is not None and rel.status == "False":
+                new = _cond(
+                    new, WORKLOADS_RELEASED, "False", "NotReleased",
+                    f"node {node} came back before the release rate limit let its workloads go", now,
+                )  # fmt: skip
             return _write(_phase(new, "Final", now), "RemediationFinished")
         if obs.node_ready:
+            unfinished = _release_unfinished(s, obs, now)
+            if unfinished is not None:
+                return unfinished
             if config.recovery:
                 return _write(_start_run(name, s, "Recovery", now, now, config), "StartRecovery")
             return _write(replace(s, step="Recovery"), "NoRecoveryMethods")
@@ -873,7 +977,11 @@ def applied_fences(status: NodeFenceStatus, config: FenceConfig) -> list[str]:
 __all__ = [
     "CONFIRM_DOWN_ANNOTATION",
     "CONFIRM_MISSING_NODE_ANNOTATION",
+    "RELEASE_RATE_LIMITED",
+    "RELEASE_RECHECK_SECONDS",
     "STOPPED",
+    "WAITING_FOR_DETACH",
+    "WORKLOADS_RELEASED",
     "STOP_ANNOTATION",
     "applied_fences",
     "is_stopped",

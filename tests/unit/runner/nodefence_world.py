@@ -17,6 +17,7 @@ from noderemedy_runner.machines.nodefence import (
     decide,
     is_terminal,
 )
+from noderemedy_runner.machines.release import LeftOnNode
 
 NODE = "worker-1"
 NAME = "nf-worker-1"
@@ -57,7 +58,9 @@ class World:
     """``fails[i]``: whether run (restarts, step, attempt) fails, i = restarts*9 + step*3 + attempt.
     ``revive``: the node comes back Ready after a successful power cycle; ``ready_after_isolation``:
     it comes back right after storage isolation. ``bmc_dead``: the BMC died with the node (every
-    run with an ipmi method fails before touching anything; reads of it say ``unknown``)."""
+    run with an ipmi method fails before touching anything; reads of it say ``unknown``).
+    ``detach_waits``: after a release, a VolumeAttachment of the node stays for that many looks
+    (the attach/detach controller still detaching); recovery must not start meanwhile."""
 
     fails: tuple[bool, ...]
     revive: bool
@@ -69,6 +72,8 @@ class World:
     taint: bool = False
     ever_fenced: bool = False
     releases: int = 0
+    detach_waits: int = 0
+    attached: int = 0
     runs: list[str] = field(default_factory=list)
     #: (restarts, method name, action) of every power action that reached the PDU, in order
     power_log: list[tuple[int, str, str]] = field(default_factory=list)
@@ -169,7 +174,10 @@ def run(
             fence=fence,
             result=result,
             generation=1,
+            left_on_node=(LeftOnNode((), ("csi-1",) * min(world.attached, 1)) if world.taint else None),
         )
+        if world.attached:
+            world.attached -= 1
         action = decide(NAME, persisted, obs, config, policy)
         actions.append(action)
         crash = crashes[i] if i < len(crashes) else 0
@@ -182,6 +190,8 @@ def run(
                 if check:
                     assert persisted.to_dict() == dict(action.status)
         elif action.kind == "run_step":
+            if action.step == "Recovery":  # safe return: storage unfenced only after the detach
+                assert not world.taint or not world.attached, "recovery started before the detach"
             result = world.run_step(action, now)
             fence = result.fence if result.ok else None
         elif action.kind == "verify_fence":
@@ -192,7 +202,9 @@ def run(
             assert action.fence is not None and action.fence is obs.fence and obs.fence.verifies(NODE)
             world.taint = True
             world.releases += 1
+            world.attached = world.detach_waits
         elif action.kind == "untaint_out_of_service":
+            assert not world.attached, "the taint went before the detach"
             world.taint = False
         elif action.kind == "wait":
             now += action.seconds

@@ -60,6 +60,7 @@ def test_installed_entry_point() -> None:
         (["--log-level", "loud"], "argument --log-level: invalid choice: 'loud'"),
         (["--step-retries", "-1"], "--step-retries: -1 must not be negative"),
         (["--restart-delay", "-2"], "--restart-delay: -2.0 must not be negative"),
+        (["--max-pods-released-per-minute", "-1"], "--max-pods-released-per-minute: -1 must not be negative"),
         (["--recovery-timeout", "0"], "--recovery-timeout: 0.0 must be positive"),
         (["--poll-interval", "0"], "--poll-interval: 0.0 must be positive"),
         (["--run-env", "NOEQUALS"], "--run-env: 'NOEQUALS' is not NAME=VALUE"),
@@ -156,6 +157,7 @@ def test_policy_flags_default_to_the_machine_defaults() -> None:
         policy.restart_delay_seconds,
     )
     assert args.recovery_timeout == policy.recovery_timeout_seconds
+    assert args.max_pods_released_per_minute == policy.max_pods_released_per_minute == 0
     assert (args.grace_seconds, args.poll_interval, args.run_env) == (0.0, 0.5, [])
     args = build_parser().parse_args(["--run-env", "A=1", "--run-env", "B=x=y", "--reconcile-only"])
     assert args.run_env == ["A=1", "B=x=y"] and args.reconcile_only and not args.detect_only

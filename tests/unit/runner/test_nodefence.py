@@ -31,6 +31,7 @@ from noderemedy_runner.machines.nodefence import (
     run_ident,
     step_segments,
 )
+from noderemedy_runner.machines.release import LeftOnNode, RateHold
 
 POLICY = NodeFencePolicy(
     grace_seconds=60,
@@ -207,7 +208,8 @@ ROWS: list[tuple[str, NodeFenceStatus, NodeFenceObservations, FenceConfig, str, 
      "write_status", {"status": "Done→Done", "step": "Recovery", "current_run": run_ref("Recovery")}),
     ("done/no-recovery-methods", status("Done", "PowerManagement"), observe(node_ready=True), without(CONFIG, recovery=()),
      "write_status", {"status": "Done→Done", "step": "Recovery", "current_run": None}),
-    ("done/recovered-untaints", status("Done", "Recovery"), observe(node_ready=True, taint_present=True, fence=VERIFIED),
+    ("done/recovered-untaints", status("Done", "Recovery"),
+     observe(node_ready=True, taint_present=True, fence=VERIFIED, left_on_node=LeftOnNode()),
      CONFIG, "untaint_out_of_service", {"extravars.node": NODE}),
     ("done/recovered-final", status("Done", "Recovery", conditions=(cond("FenceVerified", "True"),)), observe(node_ready=True),
      CONFIG, "write_status", {"status": "Done→Final", "Succeeded": ("True", "RemediationFinished"),
@@ -407,6 +409,9 @@ def test_status_round_trip_and_errors() -> None:
 
 
 # --- exhaustive sweep over the discrete input space ----------------------------------------
+NOTHING_LEFT = LeftOnNode()
+SOMETHING_LEFT = LeftOnNode(("app/db-0",), ("csi-1",))
+RATE_HOLD = RateHold("12 pods released in the last 60 s; limit 10 per minute", 30.0)
 ALLOWED_EDGES = {
     ("New", "New"), ("New", "Running"), ("New", "Done"), ("New", "Final"), ("New", "Error"),
     ("Running", "Running"), ("Running", "Done"), ("Running", "Error"),
@@ -453,7 +458,9 @@ def _sweep(
         s = status(phase, step, retries=retries, restarts=restarts, current_run=run, conditions=conds,
                    last_transition_time=ltt)  # fmt: skip
         ident = run.ident if run else "none"
-        for ready, taint, fence, result in itertools.product(
+        lefts = (None, NOTHING_LEFT, SOMETHING_LEFT) if phase == "Done" else (None,)
+        holds = (None, RATE_HOLD) if phase in ("Running", "Done") else (None,)
+        for ready, taint, fence, result, left, hold in itertools.product(
             (False, True),
             (False, True),
             (None, VERIFIED, NOT_FENCED, OTHER_NODE),
@@ -463,8 +470,14 @@ def _sweep(
                 StepResult(ident, False),
                 StepResult("stale", True),
             ),
+            lefts,
+            holds,
         ):
-            cases.append((s, observe(node_ready=ready, taint_present=taint, fence=fence, result=result)))
+            obs = observe(
+                node_ready=ready, taint_present=taint, fence=fence, result=result, left_on_node=left,
+                release_hold=hold,
+            )  # fmt: skip
+            cases.append((s, obs))
     return cases
 
 
@@ -514,6 +527,17 @@ def _check_sweep(cases: list[tuple[NodeFenceStatus, NodeFenceObservations]], con
         if action.releases_workloads:
             assert obs.fence is not None and obs.fence.verifies(NODE) and action.fence is obs.fence
             assert s.status in ("Running", "Done") and s.current_run is None
+        if obs.release_hold is not None:  # the rate limit holds every release, never the fencing
+            assert not action.releases_workloads and not action.extravars.get("release_workloads")
+        # safe return: recovery starts and the taint goes only once nothing is left on the node
+        starts_recovery = (
+            action.kind == "write_status"
+            and s.current_run is None
+            and (new_run := written(action).current_run) is not None
+            and new_run.step == "Recovery"
+        )
+        if starts_recovery or action.kind == "untaint_out_of_service":
+            assert not obs.taint_present or (obs.left_on_node is not None and obs.left_on_node.empty)
         if action.kind == "write_status":
             new = written(action)
             assert new != s
@@ -599,6 +623,7 @@ worlds = st.builds(
     fails=st.lists(st.booleans(), min_size=27, max_size=27).map(tuple),
     revive=st.booleans(),
     ready_after_isolation=st.booleans(),
+    detach_waits=st.integers(0, 3),
 )
 policies = st.builds(
     NodeFencePolicy,

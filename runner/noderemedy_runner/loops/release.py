@@ -1,0 +1,81 @@
+"""The reconciler's I/O for what the out-of-service taint releases: what a released node still
+has (safe return) and the release rate limit's ledger. The decisions are pure, in
+:mod:`noderemedy_runner.machines.release`; this module reads the API through
+:class:`~noderemedy_runner.kube.resources.KubeIO` and keeps the ledger in memory.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from noderemedy_runner.kube.resources import KubeIO
+from noderemedy_runner.machines.release import (
+    RATE_WINDOW_SECONDS,
+    Admission,
+    LeftOnNode,
+    RateHold,
+    Release,
+    admit,
+    attachments_on,
+    old_pods,
+)
+
+
+def observe_left(kube: KubeIO, node: str, since: float | None) -> LeftOnNode:
+    """What the release left on ``node``: its old pods (bound to it, created before ``since``,
+    seconds; :func:`~noderemedy_runner.machines.release.old_pods`) and the VolumeAttachments naming
+    it. Two list calls; API errors propagate (:class:`~noderemedy_runner.kube.errors.KubeError`)."""
+    return LeftOnNode(
+        old_pods(kube.pods_on_node(node), node, since), attachments_on(kube.volume_attachments(), node)
+    )
+
+
+class ReleaseLedger:
+    """The releases this runner made within the last window, for the release rate limit
+    (``--max-pods-released-per-minute``; :func:`~noderemedy_runner.machines.release.admit`).
+
+    Held in memory by the active runner, shared by every NodeFence it reconciles (thread-safe). A
+    new leader starts with an empty ledger: at most one extra window's worth of pods can be
+    released across a change of leader.
+
+    Args:
+        limit: pods per ``window`` seconds; 0: no limit (nothing is listed or kept).
+        window: seconds (60: the limit is per minute).
+    """
+
+    def __init__(self, limit: int, window: float = RATE_WINDOW_SECONDS) -> None:
+        if limit < 0:
+            raise ValueError(f"max pods released per minute = {limit} must be >= 0")
+        self.limit = limit
+        self.window = window
+        self._releases: list[Release] = []
+        self._lock = threading.Lock()
+
+    def ask(self, node: str, pods: int, now: float) -> Admission:
+        """Whether ``node``'s release of ``pods`` pods may happen at ``now`` (seconds); when it
+        may, it is recorded at once (a release that then fails still counts: the safe side)."""
+        with self._lock:
+            self._releases = [r for r in self._releases if now - self.window < r.at <= now]
+            answer = admit(self._releases, node, pods, now, self.limit, self.window)
+            if answer.allowed and not any(r.node == node for r in self._releases):
+                self._releases.append(Release(node, now, pods))
+            return answer
+
+    def hold(self, kube: KubeIO, node: str, now: float) -> RateHold | None:
+        """Ask for ``node``'s release now, counted in the pods the taint evicts from it (one list
+        call); None when it may go, else why it waits and for how long."""
+        if self.limit == 0:
+            return None
+        pods = len(old_pods(kube.pods_on_node(node), node, None))
+        answer = self.ask(node, pods, now)
+        if answer.allowed:
+            return None
+        return RateHold(
+            f"the release of node {node} ({pods} pods) waits: {answer.used} pods released in the last "
+            f"{self.window:g} s, limit {self.limit} per minute (--max-pods-released-per-minute); "
+            f"next try in {answer.retry_seconds:.0f} s. The fencing goes on meanwhile",
+            answer.retry_seconds,
+        )
+
+
+__all__ = ["ReleaseLedger", "observe_left"]
