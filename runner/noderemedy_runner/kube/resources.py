@@ -134,7 +134,7 @@ class KubeIO:
         """Every ``storage.k8s.io/v1`` VolumeAttachment (cluster-scoped; the API cannot select
         them by ``spec.nodeName``, so the caller filters)."""
         resp = self.storage.list_volume_attachment(_preload_content=False)
-        return [dict(v) for v in _json(resp).get("items") or []]
+        return [dict(v) for v in read_json(resp).get("items") or []]
 
     # --- writes ----------------------------------------------------------------------------
     def replace_status(self, crd: CRD, obj: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str, Any]:
