@@ -115,6 +115,11 @@ class LabConfig:
         node_monitor_grace_period: seconds without heartbeat before a node turns NotReady
             (kube-controller-manager ``--node-monitor-grace-period``).
         node_lease_seconds: kwok's node lease duration in seconds.
+        node_heartbeat_seconds: delay of kwok's node-heartbeat Stage (a status PATCH with Ready
+            True), seconds, plus a jitter of 1.25 times it (kwok's default: 20 s + up to 25 s).
+            A heartbeat scheduled before a power cut still plays once after it, so a node can turn
+            Ready again up to delay + jitter after its power went off: a lab whose tests cut power
+            right after turning it on keeps this well under ``node_monitor_grace_period``.
         extra_apiserver_args: more kube-apiserver flags, e.g. ``--feature-gates=...``.
         peers: optional peers to start with the lab (``lab.OPTIONAL_PEERS``: ``redfish``...);
             tests start them on demand instead (``Lab.ensure_peer``).
@@ -130,6 +135,7 @@ class LabConfig:
     devices: bool = True
     node_monitor_grace_period: int = 20
     node_lease_seconds: int = 10
+    node_heartbeat_seconds: float = 20.0
     extra_apiserver_args: list[str] = field(default_factory=list)
     peers: list[str] = field(default_factory=list)
     real_nodes: int = 0

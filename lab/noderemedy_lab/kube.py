@@ -29,7 +29,7 @@ from .procs import ComponentError, Supervisor, require_port_free, tcp_listening
 CONTROLLERS = "*"
 
 
-def node_stages() -> list[dict]:
+def node_stages(heartbeat_seconds: float = 20.0) -> list[dict]:
     """kwok's default node Stages (``data/kwok-node-stages.yaml``: node-initialize, node-heartbeat),
     each played only on a node whose power label is ``on``.
 
@@ -38,11 +38,18 @@ def node_stages() -> list[dict]:
     powered off turned Ready again 20-45 s after the node lifecycle controller marked it NotReady
     (seen as ``Patch node`` lines for a powered-off node in kwok's log, every ~22 s). With the
     label in the Stage's selector the result of that PATCH (label ``off``) matches no Stage and the
-    loop ends."""
+    loop ends. A heartbeat already scheduled when the power goes off still plays once (kwok checks
+    the selector when it schedules, not when it plays), so node-heartbeat's delay is
+    ``heartbeat_seconds`` plus a jitter of 1.25 times it (:attr:`LabConfig.node_heartbeat_seconds`)."""
     path = Path(str(resources.files("noderemedy_lab") / "data" / "kwok-node-stages.yaml"))
     stages = [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
     for stage in stages:
         stage["spec"].setdefault("selector", {}).setdefault("matchLabels", {})[POWER_LABEL] = "on"
+        if stage["metadata"]["name"] == "node-heartbeat":
+            stage["spec"]["delay"] = {
+                "durationMilliseconds": int(heartbeat_seconds * 1000),
+                "jitterDurationMilliseconds": int(heartbeat_seconds * 1250),
+            }
     return stages
 
 
@@ -223,7 +230,7 @@ def start_kube(sup: Supervisor, cfg: LabConfig, binaries: dict[str, Path], node_
                         "podPlayStageParallelism": 16,
                     },
                 },
-                *node_stages(),
+                *node_stages(cfg.node_heartbeat_seconds),
             ]
         )
     )

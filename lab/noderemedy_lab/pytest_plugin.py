@@ -44,6 +44,10 @@ WORKER_PORT_STRIDE = 600
 #: ``--node-monitor-grace-period`` of the test lab, in seconds: four of kwok's node Lease renewals fit
 #: in it (kwok renews every quarter of the Lease duration, :attr:`LabConfig.node_lease_seconds`, 10 s).
 TEST_GRACE_PERIOD = 10
+#: kwok's node-heartbeat delay in the test lab, seconds (plus up to 2.5 s jitter): a heartbeat
+#: scheduled before a test cuts a node's power plays within 4.5 s, before the grace period ends,
+#: never after the node was seen NotReady (:attr:`LabConfig.node_heartbeat_seconds`).
+TEST_HEARTBEAT_SECONDS = 2.0
 
 
 def worker_index() -> int:
@@ -66,6 +70,7 @@ def lab_config(workdir) -> LabConfig:
         port_base=worker_port_base(),
         kube=os.environ.get("NODEREMEDY_LAB_KUBE", "1") != "0",
         node_monitor_grace_period=TEST_GRACE_PERIOD,
+        node_heartbeat_seconds=TEST_HEARTBEAT_SECONDS,
         real_nodes=int(os.environ.get("NODEREMEDY_LAB_REAL_NODES", "2"))
         if os.environ.get("NODEREMEDY_LAB_KUBE", "1") != "0"
         else 0,
