@@ -126,9 +126,7 @@ class Layout:
                 field="pod_logs_dir",
                 reason="InvalidInput",
             )
-        return cls(
-            operand, manifests, resources, lock, log, Path(pod_logs) if pod_logs else None, node_name
-        )
+        return cls(operand, manifests, resources, lock, log, Path(pod_logs) if pod_logs else None, node_name)
 
     @property
     def live_manifest(self) -> Path:

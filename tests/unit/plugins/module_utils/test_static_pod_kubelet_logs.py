@@ -51,9 +51,13 @@ def _pod_dir(root, uid, files, mtime):
 def test_the_newest_pod_directory_written_after_the_manifest_counts(tmp_path):
     now = time.time()
     _pod_dir(tmp_path, "old", ["8.log", "9.log"], now - 100)  # the previous revision's pod
-    assert kubelet_start_attempts(tmp_path, "kube-system", "kube-apiserver-n1", "kube-apiserver", now - 10) == 0
+    assert (
+        kubelet_start_attempts(tmp_path, "kube-system", "kube-apiserver-n1", "kube-apiserver", now - 10) == 0
+    )
     _pod_dir(tmp_path, "new", ["1.log", "2.log"], now)
-    assert kubelet_start_attempts(tmp_path, "kube-system", "kube-apiserver-n1", "kube-apiserver", now - 10) == 3
+    assert (
+        kubelet_start_attempts(tmp_path, "kube-system", "kube-apiserver-n1", "kube-apiserver", now - 10) == 3
+    )
     assert kubelet_start_attempts(tmp_path, "kube-system", "kube-apiserver-n1", "other", now - 10) == 0
     assert kubelet_start_attempts(tmp_path / "absent", "kube-system", "x", "kube-apiserver", 0) == 0
 
