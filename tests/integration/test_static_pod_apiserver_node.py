@@ -5,7 +5,8 @@ The image holds our built kube-apiserver and etcd (built here with buildah, impo
 containerd). A dedicated etcd runs as a second static pod on the node's 127.0.0.1; the operand's
 revisions live under ``<tmp>/resources/kube-apiserver-pod-<rev>/`` and are installed into the
 kubelet's staticPodPath with a dot temp file and a rename. Revision 1 is good, revision 2 has an
-unknown flag, revision 3 points at an etcd endpoint where nothing listens.
+unknown flag (CrashLooping), revision 3 points at an etcd endpoint where nothing listens
+(EtcdUnhealthy, retryable), revision 4 is not YAML (NeverStartedUp).
 
 Each case prints the time from the bad revision being written to the last-known-good kube-apiserver
 answering ``/readyz`` again, with the monitor timeout used.
@@ -173,8 +174,8 @@ def _good(op: NodeApiserver) -> None:
 
 @pytest.mark.parametrize(
     ("rev", "reason", "timeout"),
-    [(2, "CrashLooping", 45.0), (3, "EtcdUnhealthy", 45.0)],
-    ids=["bad-flag", "wrong-etcd"],
+    [(2, "CrashLooping", 45.0), (3, "EtcdUnhealthy", 45.0), (4, "NeverStartedUp", 20.0)],
+    ids=["bad-flag", "wrong-etcd", "bad-manifest"],
 )
 def test_a_bad_revision_falls_back_to_last_known_good(apiserver, rev, reason, timeout):
     _good(apiserver)
