@@ -117,6 +117,9 @@ class NodeApiserver:
             (d / "kube-apiserver-pod.yaml").write_text(
                 yaml.safe_dump(pod("kube-apiserver", labels, args, pki))
             )
+        d = self.resources / "kube-apiserver-pod-4"  # not YAML: the kubelet never starts it
+        d.mkdir()
+        (d / "kube-apiserver-pod.yaml").write_text("kind: Pod\nmetadata: {name: kube-apiserver\nspec: [\n")
         self.params = {
             "operand": "kube-apiserver",
             "manifests_dir": str(self.manifests),
