@@ -128,3 +128,57 @@ def ensure_node_images(progress: Callable[[str], None] | None = None) -> dict[st
             )  # fmt: skip
     say(f"  built images {', '.join(todo)} in {time.monotonic() - t0:.1f} s")
     return paths
+
+
+def ensure_binary_image(
+    name: str, binaries: dict[str, Path], progress: Callable[[str], None] | None = None
+) -> Path:
+    """An image ``name`` holding statically linked ``binaries`` (path in the image -> file here) and
+    an empty ``/tmp``, no entrypoint (pods give ``command``); returns its cached OCI archive.
+
+    Cached under ``<cache>/images/`` keyed by each binary's path, size and mtime. Raises
+    ComponentError (component ``images``) if a binary is missing or dynamically linked, or a buildah
+    step fails; nothing half-built is left in the cache.
+    """
+    say = progress or (lambda line: None)
+    h = hashlib.sha256(name.encode())
+    for dest, src in sorted(binaries.items()):
+        st = Path(src).stat()
+        h.update(f"{dest}={src}:{st.st_size}:{st.st_mtime_ns}".encode())
+    base = cache_dir() / "images"
+    path = base / f"{name.split('/')[-1].replace(':', '-')}-{h.hexdigest()[:16]}.tar"
+    if path.is_file():
+        return path
+    for src in binaries.values():
+        out = subprocess.run(["ldd", str(src)], capture_output=True, text=True)
+        if out.returncode == 0 and "=>" in out.stdout:
+            raise ComponentError("images", f"{src} is not statically linked")
+    buildah = require_binary("buildah", "images", "buildah")
+    t0 = time.monotonic()
+    base.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=base) as tmp:
+        work = Path(tmp)
+        rootfs = work / "rootfs"
+        (rootfs / "tmp").mkdir(parents=True)
+        os.chmod(rootfs / "tmp", 0o1777)
+        for dest, src in binaries.items():
+            target = rootfs / dest.lstrip("/")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, target)
+        store = work / "store"
+        try:
+            ctr = _buildah(buildah, store, "from", "scratch")
+            _buildah(buildah, store, "copy", ctr, str(rootfs) + "/", "/")
+            _buildah(buildah, store, "config", "--env", "PATH=/usr/local/bin", "--workingdir", "/", ctr)
+            _buildah(buildah, store, "commit", "--quiet", ctr, name)
+            out_tar = work / "image.tar"
+            _buildah(buildah, store, "push", "--quiet", name, f"oci-archive:{out_tar}:{name}")
+            os.replace(out_tar, path)
+        finally:
+            subprocess.run(
+                [buildah, "--root", str(store / "root"), "--runroot", str(store / "runroot"),
+                 "--storage-driver", "vfs", "rm", "--all"],
+                capture_output=True, timeout=60,
+            )  # fmt: skip
+    say(f"  built image {name} in {time.monotonic() - t0:.1f} s")
+    return path

@@ -47,7 +47,23 @@ options:
         starts the operand. Start attempts give the reasons C(NeverStartedUp), C(CrashLooping) and
         C(UnexpectedRevision).
       - Defaults to C(/var/log/<operand>/termination.log).
+      - Not read when O(pod_logs_dir) is set.
     type: path
+  pod_logs_dir:
+    description:
+      - >-
+        The kubelet's pod log directory (V(/var/log/pods) on a node). When set, start attempts come
+        from what the kubelet writes there instead of O(termination_log)
+        - C(<namespace>_<pod>_<uid>/<container>/<restartCount>.log), one file per start of the
+        operand's first container - in the newest pod directory of the operand's static pod that
+        was written after the live manifest.
+      - Requires O(node_name).
+    type: path
+  node_name:
+    description:
+      - The node's name as the kubelet registers it; the kubelet names a static pod
+        C(<metadata.name>-<node_name>). Used with O(pod_logs_dir).
+    type: str
 """
 
     PROBE = r"""

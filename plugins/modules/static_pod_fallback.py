@@ -94,7 +94,10 @@ options:
     type: float
     default: 3600
 notes:
-  - Start attempts come from O(termination_log); on a node the kubelet's wrapper of the operand writes it.
+  - >-
+    Start attempts come from the kubelet's own per-container log files when O(pod_logs_dir) and
+    O(node_name) are set (C(/var/log/pods/<namespace>_<pod>_<uid>/<container>/<restartCount>.log)),
+    else from O(termination_log), which a wrapper of the operand writes.
 """
 
 EXAMPLES = r"""

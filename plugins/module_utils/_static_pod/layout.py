@@ -89,6 +89,8 @@ class Layout:
     resources_dir: Path
     lock_file: Path
     termination_log: Path
+    pod_logs_dir: Path | None = None
+    node_name: str = ""
 
     @classmethod
     def from_params(cls, params: dict) -> Layout:
@@ -109,7 +111,22 @@ class Layout:
                 raise StaticPodError(
                     f"{name}: must be an absolute path, got {p}", field=name, reason="InvalidInput"
                 )
-        return cls(operand, manifests, resources, lock, log)
+        pod_logs = params.get("pod_logs_dir")
+        node_name = params.get("node_name") or ""
+        if pod_logs and not node_name:
+            raise StaticPodError(
+                "node_name: required with pod_logs_dir (the kubelet names a static pod "
+                "'<metadata.name>-<node name>')",
+                field="node_name",
+                reason="InvalidInput",
+            )
+        if pod_logs and not Path(pod_logs).is_absolute():
+            raise StaticPodError(
+                f"pod_logs_dir: must be an absolute path, got {pod_logs}",
+                field="pod_logs_dir",
+                reason="InvalidInput",
+            )
+        return cls(operand, manifests, resources, lock, log, Path(pod_logs) if pod_logs else None, node_name)
 
     @property
     def live_manifest(self) -> Path:

@@ -7,8 +7,10 @@ post-start hooks), the etcd check, and one observation of a start-up.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import ssl
+from pathlib import Path
 from typing import Any
 from urllib import error as urlerror
 
@@ -21,8 +23,11 @@ from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.readin
     Check,
     Observation,
     _check_text,
+    attempts_from_log_files,
+    is_pod_log_dir,
     parse_start_log,
     pod_revision,
+    static_pod_name,
 )
 from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.vocabulary import (
     StaticPodError,
@@ -205,6 +210,70 @@ def etcd_direct_check(pod: dict, timeout: float) -> Check | None:
     )
 
 
+def kubelet_start_attempts(
+    pod_logs_dir: Path, namespace: str, pod_name: str, container: str, since: float
+) -> int:
+    """Start attempts of ``container`` of static pod ``pod_name`` from the kubelet's log files.
+
+    Looks in ``<pod_logs_dir>/<namespace>_<pod_name>_<uid>/<container>/`` (what a kubelet writes
+    under ``/var/log/pods``) of the newest such pod directory modified at or after ``since`` (epoch
+    seconds: when the live manifest was written; a new manifest gives the static pod a new UID,
+    so older directories are the previous revision's). 0 when there is none yet.
+    """
+    best: tuple[float, str] | None = None
+    try:
+        entries = list(os.scandir(pod_logs_dir))
+    except OSError:
+        return 0
+    for entry in entries:
+        if not is_pod_log_dir(entry.name, namespace, pod_name):
+            continue
+        try:
+            mtime = entry.stat().st_mtime
+        except OSError:
+            continue
+        if mtime >= since and (best is None or mtime > best[0]):
+            best = (mtime, entry.path)
+    if best is None:
+        return 0
+    try:
+        return attempts_from_log_files(os.listdir(os.path.join(best[1], container)))
+    except OSError:
+        return 0
+
+
+def _manifest_of(layout: Layout, expected_revision: int) -> dict | None:
+    for path in (layout.live_manifest, layout.revision_manifest(expected_revision)):
+        with contextlib.suppress(StaticPodError):
+            candidate = layout.read_pod(path, "manifest")
+            if pod_revision(candidate, "manifest") == expected_revision:
+                return candidate
+    return None
+
+
+def _kubelet_observation(layout: Layout, expected_revision: int) -> tuple[int, int | None]:
+    """(start attempts, running revision) from the kubelet's log files of the live manifest's pod."""
+    try:
+        since = layout.live_manifest.stat().st_mtime
+        live = layout.read_pod(layout.live_manifest, "manifest")
+        live_revision = pod_revision(live, "manifest")
+        meta = live["metadata"]
+        container = str(live["spec"]["containers"][0]["name"])
+    except (OSError, StaticPodError, KeyError, IndexError, TypeError):
+        # no live manifest, or one the kubelet cannot run (not YAML, not a Pod): no start
+        return 0, None
+    if layout.pod_logs_dir is None:
+        return 0, None
+    pod_name = static_pod_name(str(meta.get("name", "")), layout.node_name)
+    namespace = str(meta.get("namespace") or "default")
+    attempts = kubelet_start_attempts(layout.pod_logs_dir, namespace, pod_name, container, since)
+    if attempts == 0:
+        return 0, None
+    if live_revision != expected_revision:
+        return 0, live_revision
+    return attempts, live_revision
+
+
 def observe(
     layout: Layout,
     expected_revision: int,
@@ -212,22 +281,22 @@ def observe(
     now: float,
     deadline_in: float | None = None,
 ) -> Observation:
-    """One observation: start attempts from the termination log plus the HTTP checks."""
-    try:
-        text = layout.termination_log.read_text(errors="replace")
-    except OSError:
-        text = ""
-    attempts, running = parse_start_log(text, expected_revision)
+    """One observation: start attempts plus the HTTP checks.
+
+    Start attempts come from the kubelet's per-container log files when ``layout.pod_logs_dir``
+    is set (:func:`kubelet_start_attempts`), else from the termination log (:func:`parse_start_log`).
+    """
+    if layout.pod_logs_dir is not None:
+        attempts, running = _kubelet_observation(layout, expected_revision)
+    else:
+        try:
+            text = layout.termination_log.read_text(errors="replace")
+        except OSError:
+            text = ""
+        attempts, running = parse_start_log(text, expected_revision)
     checks: dict[str, Check] = {}
     if prober is not None and attempts > 0 and running == expected_revision:
-        pod = None
-        for path in (layout.live_manifest, layout.revision_manifest(expected_revision)):
-            with contextlib.suppress(StaticPodError):
-                candidate = layout.read_pod(path, "manifest")
-                if pod_revision(candidate, "manifest") == expected_revision:
-                    pod = candidate
-                    break
-        checks = prober.checks(deadline_in, pod)
+        checks = prober.checks(deadline_in, _manifest_of(layout, expected_revision))
     return Observation(
         now, attempts, running, checks.get("healthz"), checks.get("readyz"), checks.get("etcd")
     )

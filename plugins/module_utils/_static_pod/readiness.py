@@ -50,7 +50,8 @@ class Observation:
     """What one probe iteration saw, at ``time`` (seconds, monotonic clock of the monitor).
 
     Attributes:
-        start_attempts: start records of the expected revision in the termination log.
+        start_attempts: start attempts of the expected revision (termination log, or the kubelet's
+            per-container log files).
         running_revision: revision of the latest start record (None if the log has none).
         healthz / readyz / etcd: the HTTP checks (None if not run this iteration).
     """
@@ -99,6 +100,37 @@ def parse_start_log(text: str, expected_revision: int) -> tuple[int, int | None]
         if rev == expected_revision:
             attempts += 1
     return attempts, latest
+
+
+def static_pod_name(manifest_name: str, node_name: str) -> str:
+    """The name the kubelet gives a static pod: ``<metadata.name>-<node name>`` (its mirror pod's name)."""
+    return f"{manifest_name}-{node_name}"
+
+
+def is_pod_log_dir(dirname: str, namespace: str, pod_name: str) -> bool:
+    """Whether ``dirname`` is a kubelet pod log directory ``<namespace>_<pod name>_<pod uid>`` of that pod.
+
+    Namespaces and pod names cannot contain ``_`` (DNS names), so the split is unambiguous.
+    Source: kubelet ``BuildPodLogsDirectory``.
+    """
+    parts = dirname.split("_")
+    return len(parts) == 3 and parts[0] == namespace and parts[1] == pod_name and bool(parts[2])
+
+
+def attempts_from_log_files(filenames: Iterable[str]) -> int:
+    """Start attempts of one container from the names of its kubelet log files.
+
+    The kubelet writes one ``<restartCount>.log`` per start of the container (kubelet
+    ``BuildContainerLogsDirectory`` + ``<restartCount>.log``) and deletes those of containers it
+    garbage-collects, so the highest ``<n>.log`` gives ``n + 1`` attempts; other names (rotated
+    ``<n>.log.<timestamp>`` files) are ignored. 0 when there is none.
+    """
+    highest = -1
+    for name in filenames:
+        stem, dot, ext = name.partition(".")
+        if dot and ext == "log" and stem.isdigit():
+            highest = max(highest, int(stem))
+    return highest + 1
 
 
 def failed_checks(verbose_body: str) -> list[str]:

@@ -49,6 +49,8 @@ LAYOUT_ARGSPEC: dict[str, dict[str, Any]] = {
     "lock_file": {"type": "path"},
     "lock_timeout": {"type": "float", "default": DEFAULT_LOCK_TIMEOUT},
     "termination_log": {"type": "path"},
+    "pod_logs_dir": {"type": "path"},
+    "node_name": {"type": "str"},
 }
 
 _OPERAND_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

@@ -1,0 +1,197 @@
+"""A real kube-apiserver as a static pod of the lab's real node lab-real-0, judged by the monitor run
+on that node (in its network namespace), with start attempts from the kubelet's /var/log/pods.
+
+The image holds our built kube-apiserver and etcd (built here with buildah, imported into the node's
+containerd). A dedicated etcd runs as a second static pod on the node's 127.0.0.1; the operand's
+revisions live under ``<tmp>/resources/kube-apiserver-pod-<rev>/`` and are installed into the
+kubelet's staticPodPath with a dot temp file and a rename. Revision 1 is good, revision 2 has an
+unknown flag (CrashLooping), revision 3 points at an etcd endpoint where nothing listens
+(EtcdUnhealthy, retryable), revision 4 is not YAML (NeverStartedUp).
+
+Each case prints the time from the bad revision being written to the last-known-good kube-apiserver
+answering ``/readyz`` again, with the monitor timeout used.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+from kube_helpers import wait_for
+
+from noderemedy_lab.build import binary_paths
+from noderemedy_lab.images import ensure_binary_image
+from noderemedy_lab.realnode import import_image
+
+pytestmark = [pytest.mark.lab, pytest.mark.kube]
+
+NODE = "lab-real-0"
+IMAGE = "noderemedy.local/control-plane:lab"
+ETCD_PORT = 12379
+APISERVER_PORT = 16443
+
+IN_NODE = """
+import json, sys
+from ansible_collections.noderemedy.core.plugins.module_utils._static_pod import HttpProber, execute
+req = json.loads(sys.argv[1])
+if req["op"] == "monitor":
+    print(json.dumps(execute(req["params"])))
+else:
+    p = req["params"]
+    c = HttpProber(p["probe_url"], "kube-apiserver", p["probe_ca_cert"], p["probe_client_cert"],
+                   p["probe_client_key"], request_timeout=2.0).get("/readyz")
+    print(json.dumps({"ok": c.ok}))
+"""
+
+
+def in_node(netns: str, op: str, params: dict, timeout: float) -> dict:
+    """Run ``op`` (``monitor``: the module's monitor; ``ready``: GET /readyz) in the node's network
+    namespace, where the operand's 127.0.0.1 is."""
+    out = subprocess.run(
+        ["nsenter", f"--net=/run/netns/{netns}", "--", sys.executable, "-c", IN_NODE,
+         json.dumps({"op": op, "params": params})],
+        capture_output=True, text=True, timeout=timeout,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},  # our collection
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def pod(name: str, labels: dict, argv: list[str], pki: Path | None = None) -> dict:
+    container: dict = {"name": name, "image": IMAGE, "imagePullPolicy": "Never", "command": argv}
+    spec: dict = {"hostNetwork": True, "terminationGracePeriodSeconds": 1, "containers": [container]}
+    if pki is not None:
+        container["volumeMounts"] = [{"name": "pki", "mountPath": str(pki), "readOnly": True}]
+        spec["volumes"] = [{"name": "pki", "hostPath": {"path": str(pki), "type": "Directory"}}]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "kube-system", "labels": labels},
+        "spec": spec,
+    }
+
+
+class NodeApiserver:
+    def __init__(self, lab, tmp: Path) -> None:
+        info = lab.info["real_nodes"][NODE]
+        self.netns = info["netns"]
+        self.manifests = Path(info["dir"]) / "manifests"
+        self.resources = tmp / "resources"
+        pki = Path(lab.info["kube"]["pki"])
+        bins = binary_paths()
+        archive = ensure_binary_image(
+            IMAGE,
+            {"/usr/local/bin/kube-apiserver": bins["kube-apiserver"], "/usr/local/bin/etcd": bins["etcd"]},
+        )
+        import_image(info["containerd_socket"], archive, "test image")
+        etcd = [
+            "/usr/local/bin/etcd", "--name=default", "--data-dir=/tmp/etcd",
+            f"--listen-client-urls=http://127.0.0.1:{ETCD_PORT}",
+            f"--advertise-client-urls=http://127.0.0.1:{ETCD_PORT}",
+            f"--listen-peer-urls=http://127.0.0.1:{ETCD_PORT + 1}",
+            f"--initial-advertise-peer-urls=http://127.0.0.1:{ETCD_PORT + 1}",
+            f"--initial-cluster=default=http://127.0.0.1:{ETCD_PORT + 1}",
+        ]  # fmt: skip
+        self.etcd_manifest = self.manifests / "noderemedy-test-etcd.yaml"
+        self.etcd_manifest.write_text(yaml.safe_dump(pod("test-etcd", {"app": "test-etcd"}, etcd)))
+        drop = ("--etcd-servers=", "--secure-port=", "--etcd-prefix=")
+        base = ["/usr/local/bin/kube-apiserver"]
+        base += [a for a in lab.info["kube"]["apiserver_args"][1:] if not a.startswith(drop)]
+        base += [f"--secure-port={APISERVER_PORT}", f"--etcd-prefix=/noderemedy-{uuid.uuid4().hex[:8]}"]
+        argv = {
+            1: [*base, f"--etcd-servers=http://127.0.0.1:{ETCD_PORT}"],
+            2: [*base, f"--etcd-servers=http://127.0.0.1:{ETCD_PORT}", "--this-flag-does-not-exist=1"],
+            3: [*base, f"--etcd-servers=http://127.0.0.1:{ETCD_PORT + 7}"],
+        }
+        for rev, args in argv.items():
+            d = self.resources / f"kube-apiserver-pod-{rev}"
+            d.mkdir(parents=True)
+            labels = {"app": "kube-apiserver", "revision": str(rev)}
+            (d / "kube-apiserver-pod.yaml").write_text(
+                yaml.safe_dump(pod("kube-apiserver", labels, args, pki))
+            )
+        d = self.resources / "kube-apiserver-pod-4"  # not YAML: the kubelet never starts it
+        d.mkdir()
+        (d / "kube-apiserver-pod.yaml").write_text("kind: Pod\nmetadata: {name: kube-apiserver\nspec: [\n")
+        self.params = {
+            "operand": "kube-apiserver",
+            "manifests_dir": str(self.manifests),
+            "resources_dir": str(self.resources),
+            "lock_file": str(tmp / "kube-apiserver-installer.lock"),
+            "pod_logs_dir": str(Path(info["dir"]) / "var" / "log" / "pods"),
+            "node_name": NODE,
+            "probe_url": f"https://127.0.0.1:{APISERVER_PORT}",
+            "probe_ca_cert": str(pki / "ca.crt"),
+            "probe_client_cert": str(pki / "admin.crt"),
+            "probe_client_key": str(pki / "admin.key"),
+            "storage_version_check": "never",
+            "interval": 1,
+        }
+
+    @property
+    def live(self) -> Path:
+        return self.manifests / "kube-apiserver-pod.yaml"
+
+    def install(self, rev: int) -> float:
+        """Install revision ``rev`` (dot temp file, rename), as the installer does; returns epoch s."""
+        tmp = self.manifests / ".kube-apiserver-pod.yaml.install"
+        tmp.write_bytes(
+            (self.resources / f"kube-apiserver-pod-{rev}" / "kube-apiserver-pod.yaml").read_bytes()
+        )
+        os.replace(tmp, self.live)
+        return time.time()
+
+    def ready(self) -> bool:
+        return bool(in_node(self.netns, "ready", self.params, 30)["ok"])
+
+    def monitor(self, rev: int, timeout: float) -> dict:
+        params = {**self.params, "state": "monitor", "revision": rev, "timeout": timeout}
+        return in_node(self.netns, "monitor", params, timeout + 60)
+
+
+@pytest.fixture
+def apiserver(lab_real, tmp_path):
+    op = NodeApiserver(lab_real, tmp_path)
+    yield op
+    op.live.unlink(missing_ok=True)
+    op.etcd_manifest.unlink(missing_ok=True)
+    wait_for(lambda: not op.ready(), 60, "the test's kube-apiserver gone from the node", interval=1)
+
+
+def _good(op: NodeApiserver) -> None:
+    op.install(1)
+    res = op.monitor(1, 120)
+    assert res["ready"] is True, res
+    assert (
+        Path(os.readlink(op.resources / "kube-apiserver-last-known-good")).parent.name
+        == "kube-apiserver-pod-1"
+    )
+
+
+@pytest.mark.parametrize(
+    ("rev", "reason", "timeout"),
+    [(2, "CrashLooping", 45.0), (3, "EtcdUnhealthy", 45.0), (4, "NeverStartedUp", 20.0)],
+    ids=["bad-flag", "wrong-etcd", "bad-manifest"],
+)
+def test_a_bad_revision_falls_back_to_last_known_good(apiserver, rev, reason, timeout):
+    _good(apiserver)
+    written = apiserver.install(rev)
+    res = apiserver.monitor(rev, timeout)
+    assert res["reason"] == reason, res
+    assert res["action"] == "fallback", res
+    assert res["retry"]["retryable"] is (reason == "EtcdUnhealthy"), res
+    wait_for(apiserver.ready, 120, "last-known-good kube-apiserver ready again", interval=1)
+    back = time.time() - written
+    live = yaml.safe_load(apiserver.live.read_text())
+    assert live["metadata"]["labels"]["revision"] == "1", live
+    print(
+        f"\n{reason}: bad revision {rev} written -> last-known-good kube-apiserver /readyz ok in {back:.1f} s "
+        f"(monitor timeout {timeout:.0f} s; attempts seen {res['last_observation']['start_attempts']})"
+    )

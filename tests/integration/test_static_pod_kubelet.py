@@ -1,0 +1,166 @@
+"""The static-pod monitor on a real kubelet: start attempts come from the kubelet's own log files
+under /var/log/pods (``<namespace>_<pod>_<uid>/<container>/<restartCount>.log``), not from a log our
+tests write. The operand is a static pod of lab-real-0 (hostNetwork, the lab's busybox image) that
+serves the etcd-style health endpoints (``/livez``, ``/readyz``, ``/health``) with busybox httpd on
+the node's address; its revisions live under ``<tmp>/resources/etcd-pod-<rev>/`` and the live
+manifest in the kubelet's staticPodPath.
+
+* a good revision becomes last-known-good;
+* a revision whose container exits crash-loops under the real kubelet: CrashLooping, fallback to
+  last-known-good, which serves again;
+* a manifest the kubelet cannot read never starts: NeverStartedUp, fallback, no retry.
+
+Each case prints the time from the bad revision being written to the last-known-good pod serving
+again, with the monitor timeout used.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from kube_helpers import wait_for
+
+from ansible_collections.noderemedy.core.plugins.module_utils._static_pod import (
+    CRASH_LOOPING,
+    NEVER_STARTED_UP,
+    HttpProber,
+    execute,
+)
+from noderemedy_lab.images import BUSYBOX_IMAGE
+
+pytestmark = [pytest.mark.lab, pytest.mark.kube]
+
+NODE = "lab-real-0"
+PORT = 12379  # inside the node's own network namespace: nothing else of the lab listens there
+SERVE = (
+    "mkdir -p /tmp/www && echo ok > /tmp/www/livez && echo ok > /tmp/www/readyz && "
+    'echo \'{{"health":"true"}}\' > /tmp/www/health && '
+    "echo revision {rev} starting && exec /bin/busybox httpd -f -p 0.0.0.0:{port} -h /tmp/www"
+)
+
+
+def operand_pod(rev: int, command: str) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "etcd",
+            "namespace": "kube-system",
+            "labels": {"app": "noderemedy-static-pod-test", "revision": str(rev)},
+        },
+        "spec": {
+            "hostNetwork": True,
+            "terminationGracePeriodSeconds": 1,
+            "containers": [
+                {
+                    "name": "etcd",
+                    "image": BUSYBOX_IMAGE,
+                    "imagePullPolicy": "Never",
+                    "command": ["/bin/sh", "-c", command],
+                }
+            ],
+        },
+    }
+
+
+class NodeOperand:
+    """Revisions 1 (serves), 2 (exits 1 at once) and 3 (not YAML) of operand ``etcd`` on ``NODE``."""
+
+    def __init__(self, lab, tmp: Path) -> None:
+        info = lab.info["real_nodes"][NODE]
+        self.manifests = Path(info["dir"]) / "manifests"
+        self.pod_logs = Path(info["dir"]) / "var" / "log" / "pods"
+        self.resources = tmp / "resources"
+        self.url = f"http://{info['ip']}:{PORT}"
+        docs = {
+            1: yaml.safe_dump(operand_pod(1, SERVE.format(rev=1, port=PORT))),
+            2: yaml.safe_dump(operand_pod(2, "echo revision 2 exits; exit 1")),
+            3: "kind: Pod\nmetadata: {name: etcd, labels: {revision: '3'}\nspec: [not yaml\n",
+        }
+        for rev, text in docs.items():
+            d = self.resources / f"etcd-pod-{rev}"
+            d.mkdir(parents=True)
+            (d / "etcd-pod.yaml").write_text(text)
+        self.params = {
+            "operand": "etcd",
+            "manifests_dir": str(self.manifests),
+            "resources_dir": str(self.resources),
+            "lock_file": str(tmp / "etcd-installer.lock"),
+            "pod_logs_dir": str(self.pod_logs),
+            "node_name": NODE,
+            "probe_url": self.url,
+            "probe_kind": "etcd",
+            "probe_request_timeout": 1.0,
+            "storage_version_check": "never",
+            "interval": 1,
+        }
+        self.prober = HttpProber(self.url, "etcd", request_timeout=1.0)
+
+    @property
+    def live(self) -> Path:
+        return self.manifests / "etcd-pod.yaml"
+
+    def install(self, rev: int) -> float:
+        """Install revision ``rev`` as the installer does (dot temp file, rename); returns epoch seconds."""
+        tmp = self.manifests / ".etcd-pod.yaml.install"
+        tmp.write_bytes((self.resources / f"etcd-pod-{rev}" / "etcd-pod.yaml").read_bytes())
+        os.replace(tmp, self.live)
+        return time.time()
+
+    def serving(self) -> bool:
+        return self.prober.get("/health").ok
+
+    def monitor(self, rev: int, timeout: float) -> dict:
+        return execute({**self.params, "state": "monitor", "revision": rev, "timeout": timeout})
+
+
+@pytest.fixture
+def operand(lab_real, tmp_path):
+    op = NodeOperand(lab_real, tmp_path)
+    yield op
+    op.live.unlink(missing_ok=True)  # the kubelet stops the static pod
+    wait_for(lambda: not op.serving(), 60, "the test's static pod gone from the node")
+
+
+def _good(operand: NodeOperand) -> None:
+    operand.install(1)
+    res = operand.monitor(1, 60)
+    assert res["ready"] is True, res
+    assert res["last_observation"]["start_attempts"] == 1, res
+    assert Path(os.readlink(operand.resources / "etcd-last-known-good")).parent.name == "etcd-pod-1", res
+
+
+def test_good_revision_then_a_crash_looping_one_falls_back(operand):
+    _good(operand)
+    timeout = 45.0
+    written = operand.install(2)
+    res = operand.monitor(2, timeout)
+    assert res["reason"] == CRASH_LOOPING, res
+    assert res["action"] == "fallback" and res["retry"]["retryable"] is False, res
+    assert res["last_observation"]["start_attempts"] > 1, res
+    wait_for(operand.serving, 90, "last-known-good revision 1 serving again")
+    back = time.time() - written
+    live = yaml.safe_load(operand.live.read_text())
+    assert live["metadata"]["labels"]["revision"] == "1", live
+    print(
+        f"\nCrashLooping: bad revision written -> last-known-good serving in {back:.1f} s (monitor timeout {timeout:.0f} s)"
+    )
+
+
+def test_a_manifest_the_kubelet_cannot_read_never_starts_up(operand):
+    _good(operand)
+    timeout = 20.0
+    written = operand.install(3)
+    res = operand.monitor(3, timeout)
+    assert res["reason"] == NEVER_STARTED_UP, res
+    assert res["action"] == "fallback" and res["retry"]["retryable"] is False, res
+    assert res["last_observation"]["start_attempts"] == 0, res
+    wait_for(operand.serving, 90, "last-known-good revision 1 serving again")
+    back = time.time() - written
+    print(
+        f"\nNeverStartedUp: bad revision written -> last-known-good serving in {back:.1f} s (monitor timeout {timeout:.0f} s)"
+    )
