@@ -311,7 +311,9 @@ def test_release_rate_limit_holds_the_second_release_not_its_fencing(
             for n in nodes
         }
         assert all(c >= 2 for c in counts.values()), counts
-        limit = sum(counts.values()) - 1  # the first release fits, the second does not
+        # either release fits alone, both do not: robust to other tests' pods on these nodes going
+        # away meanwhile (a namespace deleted without waiting), as long as each node keeps its own two
+        limit = max(counts.values())
         for node in nodes:
             lab.power_off(node)
         lab.wait_nodes(nodes, {"False", "Unknown"}, 120)

@@ -64,8 +64,13 @@ def test_a_nodefence_stopped_by_an_admin_does_nothing_more(
     assert conds(obj)["Succeeded"]["reason"] == "StoppedByAdmin"
     message = processing(obj)[2]
     assert f"fc-off (fence-method-template-fc plug {port})" in message, message
-    stopped_events = [e for e in events_of(api, obj) if e.reason == "StoppedByAdmin"]
-    assert stopped_events and f"fc-off (fence-method-template-fc plug {port})" in stopped_events[0].message
+    # the Event follows the status write
+    stopped_events = wait_for(
+        lambda: [e for e in events_of(api, obj) if e.reason == "StoppedByAdmin"],
+        30,
+        "the StoppedByAdmin Event",
+    )
+    assert f"fc-off (fence-method-template-fc plug {port})" in stopped_events[0].message
 
     # nothing more while the stop stands: no run, no device touched
     jobs, devices = list(st.get("jobs") or []), device_log(lab_kube, DEAD)
