@@ -258,6 +258,12 @@ class JobExecutor(Executor):
         node = str(extravars.get("node") or "")
         jname = job_name(run_ident)
         existing = self._read(jname)
+        if existing is not None and uid and not owned_by(existing, uid):
+            # a Job of the same name left by an earlier object of the same name (the detector
+            # re-creates a node's NodeFence): never adopt its outcome; it goes first
+            log.info("run %s: Job %s belongs to an earlier %s %s: deleted", run_ident, jname, kind, name)
+            self._delete_and_wait(jname)
+            existing = None
         if existing is not None:
             log.info("run %s: Job %s already exists: adopted", run_ident, jname)
             return self._wait(existing, run_ident, cancel or threading.Event(), recovered=True)
@@ -309,6 +315,19 @@ class JobExecutor(Executor):
             self.core.patch_node(node, body)
         except KubeError as exc:
             log.warning("annotating node %s with its remediation Job %s: %s", node, jname, exc)
+
+    def _delete_and_wait(self, jname: str, timeout: float = 60.0) -> None:
+        """Delete Job ``jname`` with its pods (foreground) and wait until it is gone; KubeError
+        ``timeout`` naming it when it is still there after ``timeout`` seconds."""
+        try:
+            self.batch.delete_namespaced_job(jname, self.namespace, propagation_policy="Foreground")
+        except NotFound:
+            return
+        deadline = time.monotonic() + timeout
+        while self._read(jname) is not None:
+            if time.monotonic() > deadline:
+                raise KubeError(f"Job {jname}: still there {timeout:g} s after its deletion", "timeout")
+            time.sleep(POLL_SECONDS)
 
     def _read(self, jname: str) -> dict[str, Any] | None:
         try:
@@ -378,6 +397,13 @@ class JobExecutor(Executor):
         )
 
 
+def owned_by(job: Mapping[str, Any], uid: str) -> bool:
+    """Whether ``job`` belongs to the object with metadata.uid ``uid`` (its owner reference), or
+    has no owner at all (a Job of a namespaced custom resource, matched by name alone)."""
+    refs = (job.get("metadata") or {}).get("ownerReferences") or []
+    return not refs or any(r.get("uid") == uid for r in refs)
+
+
 def own_pod(api_client: client.ApiClient) -> dict[str, Any]:
     """The runner's own pod (``$POD_NAME`` in ``$POD_NAMESPACE``, the Deployment's downward API).
     Raises ValueError when they are not set (the Job executor runs only in a pod)."""
@@ -426,4 +452,5 @@ __all__ = [
     "outcome_from_dict",
     "outcome_to_dict",
     "own_pod",
+    "owned_by",
 ]

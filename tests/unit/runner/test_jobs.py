@@ -16,6 +16,7 @@ from noderemedy_runner.jobs import (
     job_name,
     outcome_from_dict,
     outcome_to_dict,
+    owned_by,
 )
 
 RUNNER_POD = {
@@ -162,3 +163,12 @@ def test_a_message_that_is_not_an_outcome_is_refused_naming_it():
         outcome_from_dict({"status": "successful"})
     with pytest.raises(ValueError, match="termination message"):
         outcome_from_dict({"ident": "x", "status": "successful", "rc": 0, "evidence": {"fenced": True}})
+
+
+def test_a_job_is_adopted_only_by_the_object_that_owns_it():
+    job = manifest()
+    assert owned_by(job, "u-1")
+    assert not owned_by(job, "u-2"), (
+        "a re-created NodeFence of the same name must not adopt its predecessor's Job"
+    )
+    assert owned_by(manifest(owner=None), "u-2"), "a Job without owner is matched by name"
