@@ -293,6 +293,7 @@ def set_status_delay(snmp_endpoint: dict, seconds: float) -> None:
         seconds: the lag in seconds, >= 0. Applies to SETs made from now on; after a SET the status
             OIDs (rPDU outlet state, ifOperStatus, fcFxPortPhysOperStatus, and the rPDU control
             OID which reads back the same state) show the previous value until the lag has passed.
+            0 also ends the lag of earlier SETs: every status reads its port's admin state at once.
 
     Raises:
         ValueError: the endpoint has no ``state_file`` (snmpsim peers cannot lag) or ``seconds`` < 0.
@@ -311,6 +312,8 @@ def set_status_delay(snmp_endpoint: dict, seconds: float) -> None:
         fcntl.flock(lock, fcntl.LOCK_EX)
         st = json.loads(Path(state_file).read_text())
         st["delay"] = seconds
+        if not seconds:  # immediate status again: transitions still lagging complete now
+            st["lag"] = {}
         tmp = Path(state_file + ".tmp")
         tmp.write_text(json.dumps(st, indent=1))
         os.replace(tmp, state_file)

@@ -173,6 +173,39 @@ def unverified(method: str, target: str, plugs: list[str]) -> dict[str, Any]:
     }
 
 
+def run_driver(
+    module: Any,
+    build: Callable[[], FenceDriver],
+    fallback: dict[str, Any],
+    run: Callable[[Any], Any] | None = None,
+) -> tuple[Any, Any]:
+    """Build a fencing module's driver and run its action: the one place a fencing module turns a
+    :class:`FenceError` into ``fail_json``.
+
+    Args:
+        module: the ``AnsibleModule`` (``params["state"]``, ``check_mode``, ``warn``, ``fail_json``).
+        build: makes the driver from the module's options; may raise :class:`FenceError` (bad
+            input: :class:`FenceConfigError`) or fail the module itself (``credentials_secret``).
+        fallback: the unverified ``fence`` evidence (:func:`unverified`) returned when ``build``
+            failed, so even bad input answers with the evidence shape.
+        run: the action on the built driver; default ``driver.run(params["state"],
+            check_mode=module.check_mode)``.
+
+    Returns ``(driver, result)``; the warnings of a :class:`FenceResult` are already reported with
+    ``module.warn``. On a :class:`FenceError` the module fails (:func:`failure`: ``msg``, ``error``
+    class, never-verified ``fence`` -- the driver's own when it exists) and this never returns.
+    """
+    driver = None
+    try:
+        driver = build()
+        result = run(driver) if run else driver.run(module.params["state"], check_mode=module.check_mode)
+    except FenceError as exc:
+        module.fail_json(**failure(exc, driver.evidence(None) if driver is not None else fallback))
+    for warning in getattr(result, "warnings", None) or ():
+        module.warn(warning)
+    return driver, result
+
+
 @dataclass
 class FenceResult:
     """What one :meth:`FenceDriver.run` did.

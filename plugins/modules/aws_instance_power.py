@@ -164,9 +164,8 @@ from ansible_collections.noderemedy.core.plugins.module_utils._aws import (  # n
 )
 from ansible_collections.noderemedy.core.plugins.module_utils._fence import (  # noqa: E402
     FENCE_ARG_SPEC,
-    FenceError,
-    failure,
     power_result,
+    run_driver,
     timing,
     unverified,
 )
@@ -194,8 +193,8 @@ def main() -> None:
         module.fail_json(msg=missing_required_lib("boto3"), exception=BOTO3_IMPORT_ERROR)
     p = module.params
     target = (p["endpoint_url"] or "ec2").split("://")[-1]
-    driver = None
-    try:
+
+    def build() -> AwsInstanceDriver:
         instance, region, provider_id = p["plug"], p["region"], p["provider_id"]
         if p["node"]:
             ref = p["credentials_secret"] or {}
@@ -204,7 +203,7 @@ def main() -> None:
             zone, instance = instance_from_provider_id(provider_id)
             region = region or region_of_zone(zone)
         apply_credentials_secret(module, SECRET_KEYS, unverified("aws", target, [instance]))
-        driver = AwsInstanceDriver(
+        return AwsInstanceDriver(
             instance_id=instance,
             region=region,
             access_key=p["access_key"],
@@ -212,16 +211,9 @@ def main() -> None:
             endpoint_url=p["endpoint_url"],
             **timing(p),
         )
-        res = driver.run(p["state"], check_mode=module.check_mode)
-    except FenceError as exc:
-        fence = (
-            driver.evidence(None)
-            if driver
-            else unverified("aws", target, [p["plug"] or p["provider_id"] or p["node"]])
-        )
-        module.fail_json(**failure(exc, fence))
-    for warning in res.warnings:
-        module.warn(warning)
+
+    fallback = unverified("aws", target, [p["plug"] or p["provider_id"] or p["node"]])
+    driver, res = run_driver(module, build, fallback)
     module.exit_json(**power_result(res, driver.evidence(res), module._diff, instance_id=driver.instance_id))
 
 

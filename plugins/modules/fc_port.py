@@ -186,8 +186,7 @@ from ansible_collections.noderemedy.core.plugins.module_utils._fc_switch import 
 )
 from ansible_collections.noderemedy.core.plugins.module_utils._fence import (  # noqa: E402
     FENCE_ARG_SPEC,
-    FenceError,
-    failure,
+    run_driver,
     timing,
     unverified,
 )
@@ -229,20 +228,20 @@ def main() -> None:
     if not HAS_PYSNMP:
         module.fail_json(msg=missing_required_lib("pysnmp"), exception=PYSNMP_IMPORT_ERROR)
     p = module.params
-    driver = None
-    apply_credentials_secret(module, SECRET_KEYS, unverified("fc", f"{p['ipaddr']}:{p['ipport']}", p["plug"]))
-    try:
-        driver = FcSwitchDriver(
+    fallback = unverified("fc", f"{p['ipaddr']}:{p['ipport']}", p["plug"])
+    apply_credentials_secret(module, SECRET_KEYS, fallback)
+    driver, res = run_driver(
+        module,
+        lambda: FcSwitchDriver(
             client_from_params(p),
             p["plug"],
             profile=p["profile"],
             verify_oper_status=p["verify_oper_status"],
             **timing(p),
-        )
-        res = driver.run(ACTIONS[p["state"]], check_mode=module.check_mode)
-    except FenceError as exc:
-        fallback = unverified("fc", f"{p['ipaddr']}:{p['ipport']}", p["plug"])
-        module.fail_json(**failure(exc, driver.evidence(None, WORDS) if driver else fallback))
+        ),
+        fallback,
+        lambda d: d.run(ACTIONS[p["state"]], check_mode=module.check_mode),
+    )
     result = {
         "changed": res.changed,
         "state_before": WORDS[res.state_before],

@@ -171,9 +171,8 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # no
 
 from ansible_collections.noderemedy.core.plugins.module_utils._fence import (  # noqa: E402
     FENCE_ARG_SPEC,
-    FenceError,
-    failure,
     power_result,
+    run_driver,
     timing,
     unverified,
 )
@@ -205,12 +204,12 @@ def main() -> None:
     if not HAS_PYGHMI:
         module.fail_json(msg=missing_required_lib("pyghmi"), exception=PYGHMI_IMPORT_ERROR)
     p = module.params
-    driver = None
-    apply_credentials_secret(
-        module, SECRET_KEYS, unverified("ipmi", f"{p['ipaddr']}:{p['ipport']}", ["chassis"])
-    )
-    try:
-        driver = IpmiDriver(
+    fallback = unverified("ipmi", f"{p['ipaddr']}:{p['ipport']}", ["chassis"])
+    apply_credentials_secret(module, SECRET_KEYS, fallback)
+    cycle = p["state"] == "reboot" and p["method"] == "cycle"
+    driver, res = run_driver(
+        module,
+        lambda: IpmiDriver(
             ipaddr=p["ipaddr"],
             ipport=p["ipport"],
             username=p["username"],
@@ -218,28 +217,24 @@ def main() -> None:
             cipher=p["cipher"],
             privlvl=p["privlvl"],
             **timing(p),
-        )
-        if p["state"] == "reboot" and p["method"] == "cycle":
-            cycled = driver.cycle(check_mode=module.check_mode)
-            result = {
-                "changed": True,
-                "power_state_before": cycled["before"],
-                "power_state": cycled["before"],
-                "verify_seconds": None,
-                "attempts": 1 if cycled["sent"] else 0,
-                "fence": driver.evidence(None),
-            }
-            module.warn("method=cycle is not verified: the node may never have been off")
-            before, after = cycled["before"], "on"
-        else:
-            res = driver.run(p["state"], check_mode=module.check_mode)
-            for warning in res.warnings:
-                module.warn(warning)
-            result = power_result(res, driver.evidence(res), False)
-            before, after = res.state_before, res.state_after
-    except FenceError as exc:
-        fallback = unverified("ipmi", f"{p['ipaddr']}:{p['ipport']}", ["chassis"])
-        module.fail_json(**failure(exc, driver.evidence(None) if driver else fallback))
+        ),
+        fallback,
+        (lambda d: d.cycle(check_mode=module.check_mode)) if cycle else None,
+    )
+    if cycle:
+        result = {
+            "changed": True,
+            "power_state_before": res["before"],
+            "power_state": res["before"],
+            "verify_seconds": None,
+            "attempts": 1 if res["sent"] else 0,
+            "fence": driver.evidence(None),
+        }
+        module.warn("method=cycle is not verified: the node may never have been off")
+        before, after = res["before"], "on"
+    else:
+        result = power_result(res, driver.evidence(res), False)
+        before, after = res.state_before, res.state_after
     if module._diff:
         result["diff"] = {"before": {"power": before}, "after": {"power": after}}
     module.exit_json(**result)

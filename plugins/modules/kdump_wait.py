@@ -119,11 +119,9 @@ fence:
       sample: 1763712000.25
 """
 
-import traceback  # noqa: E402
-
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
-from ansible_collections.noderemedy.core.plugins.module_utils._fence import FenceError  # noqa: E402
+from ansible_collections.noderemedy.core.plugins.module_utils._fence import FenceError, failure, unverified  # noqa: E402
 from ansible_collections.noderemedy.core.plugins.module_utils._kdump import (  # noqa: E402
     KDUMP_ARG_SPEC,
     KdumpListener,
@@ -133,14 +131,7 @@ from ansible_collections.noderemedy.core.plugins.module_utils._kdump import (  #
 def main() -> None:
     module = AnsibleModule(argument_spec=dict(KDUMP_ARG_SPEC), supports_check_mode=True)
     p = module.params
-    unverified = {
-        "verified": False,
-        "method": "kdump",
-        "target": f"{p['listen_address'] or ''}:{p['ipport']}",
-        "plugs": list(p["nodename"] or []),
-        "state": None,
-        "verified_at": None,
-    }
+    fallback = unverified("kdump", f"{p['listen_address'] or ''}:{p['ipport']}", list(p["nodename"] or []))
     try:
         listener = KdumpListener(
             p["nodename"],
@@ -151,7 +142,7 @@ def main() -> None:
         )
         out = listener.wait()
     except FenceError as exc:
-        module.fail_json(msg=str(exc), error=exc.category, fence=unverified, exception=traceback.format_exc())
+        module.fail_json(**failure(exc, fallback))
     if not out["received"]:
         module.warn(f"no kdump message from {', '.join(p['nodename'])} within timeout={p['timeout']:g}s")
     module.exit_json(

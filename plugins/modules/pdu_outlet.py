@@ -231,8 +231,7 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # no
 
 from ansible_collections.noderemedy.core.plugins.module_utils._fence import (  # noqa: E402
     FENCE_ARG_SPEC,
-    FenceError,
-    failure,
+    run_driver,
     timing,
     unverified,
 )
@@ -278,11 +277,10 @@ def main() -> None:
     if not HAS_PYSNMP:
         module.fail_json(msg=missing_required_lib("pysnmp"), exception=PYSNMP_IMPORT_ERROR)
     p = module.params
-    driver = None
-    apply_credentials_secret(
-        module, SECRET_KEYS, unverified("pdu", f"{p['ipaddr']}:{p['ipport']}", p["plug"])
-    )
-    try:
+    fallback = unverified("pdu", f"{p['ipaddr']}:{p['ipport']}", p["plug"])
+    apply_credentials_secret(module, SECRET_KEYS, fallback)
+
+    def build() -> PduDriver:
         if p["profile"] == "generic":
             profile = generic_profile(
                 p["status_oid"],
@@ -293,22 +291,11 @@ def main() -> None:
                 p["control_on"],
                 p["control_off"],
             )
-        elif p["profile"] == "auto":
-            profile = None
         else:
-            profile = PROFILES[p["profile"]]
-        driver = PduDriver(
-            client_from_params(p),
-            p["plug"],
-            profile,
-            **timing(p),
-        )
-        res = driver.run(p["state"], check_mode=module.check_mode)
-    except FenceError as exc:
-        fallback = unverified("pdu", f"{p['ipaddr']}:{p['ipport']}", p["plug"])
-        module.fail_json(**failure(exc, driver.evidence(None) if driver else fallback))
-    for warning in res.warnings:
-        module.warn(warning)
+            profile = None if p["profile"] == "auto" else PROFILES[p["profile"]]
+        return PduDriver(client_from_params(p), p["plug"], profile, **timing(p))
+
+    driver, res = run_driver(module, build, fallback)
     result = {
         "changed": res.changed,
         "profile": driver.profile.name,

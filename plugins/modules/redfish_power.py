@@ -159,9 +159,8 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # no
 
 from ansible_collections.noderemedy.core.plugins.module_utils._fence import (  # noqa: E402
     FENCE_ARG_SPEC,
-    FenceError,
-    failure,
     power_result,
+    run_driver,
     timing,
     unverified,
 )
@@ -193,12 +192,15 @@ def main() -> None:
     if not HAS_SUSHY:
         module.fail_json(msg=missing_required_lib("sushy"), exception=SUSHY_IMPORT_ERROR)
     p = module.params
-    plugs = [p["systems_uri"] or p["plug"] or "system"]
-    target = f"{p['ipaddr']}:{p['ipport'] or (443 if p['ssl'] else 80)}"
-    apply_credentials_secret(module, SECRET_KEYS, unverified("redfish", target, plugs))
-    driver = None
-    try:
-        driver = RedfishDriver(
+    fallback = unverified(
+        "redfish",
+        f"{p['ipaddr']}:{p['ipport'] or (443 if p['ssl'] else 80)}",
+        [p["systems_uri"] or p["plug"] or "system"],
+    )
+    apply_credentials_secret(module, SECRET_KEYS, fallback)
+    driver, res = run_driver(
+        module,
+        lambda: RedfishDriver(
             ipaddr=p["ipaddr"],
             username=p["username"],
             password=p["password"],
@@ -210,14 +212,9 @@ def main() -> None:
             systems_uri=p["systems_uri"],
             plug=p["plug"],
             **timing(p),
-        )
-        res = driver.run(p["state"], check_mode=module.check_mode)
-    except FenceError as exc:
-        module.fail_json(
-            **failure(exc, driver.evidence(None) if driver else unverified("redfish", target, plugs))
-        )
-    for warning in res.warnings:
-        module.warn(warning)
+        ),
+        fallback,
+    )
     module.exit_json(**power_result(res, driver.evidence(res), module._diff, systems_uri=driver.resolved_uri))
 
 

@@ -141,9 +141,8 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # no
 
 from ansible_collections.noderemedy.core.plugins.module_utils._fence import (  # noqa: E402
     FENCE_ARG_SPEC,
-    FenceError,
-    failure,
     power_result,
+    run_driver,
     timing,
     unverified,
 )
@@ -175,11 +174,11 @@ def main() -> None:
     if not HAS_PYVMOMI:
         module.fail_json(msg=missing_required_lib("pyvmomi"), exception=PYVMOMI_IMPORT_ERROR)
     p = module.params
-    target = f"{p['ipaddr']}:{p['ipport']}"
-    apply_credentials_secret(module, SECRET_KEYS, unverified("vmware", target, [p["plug"]]))
-    driver = None
-    try:
-        driver = VmwareVmDriver(
+    fallback = unverified("vmware", f"{p['ipaddr']}:{p['ipport']}", [p["plug"]])
+    apply_credentials_secret(module, SECRET_KEYS, fallback)
+    driver, res = run_driver(
+        module,
+        lambda: VmwareVmDriver(
             ipaddr=p["ipaddr"],
             username=p["username"],
             password=p["password"],
@@ -188,14 +187,9 @@ def main() -> None:
             ssl_insecure=p["ssl_insecure"],
             ca_path=p["ca_path"],
             **timing(p),
-        )
-        res = driver.run(p["state"], check_mode=module.check_mode)
-    except FenceError as exc:
-        module.fail_json(
-            **failure(exc, driver.evidence(None) if driver else unverified("vmware", target, [p["plug"]]))
-        )
-    for warning in res.warnings:
-        module.warn(warning)
+        ),
+        fallback,
+    )
     module.exit_json(**power_result(res, driver.evidence(res), module._diff))
 
 

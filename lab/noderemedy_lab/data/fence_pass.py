@@ -16,7 +16,7 @@ Profiles:
     FIBRE-CHANNEL-FE-MIB fcFxPortPhysAdminStatus / OperStatus .1.3.6.1.2.1.75.1.2.2.1.{1,2}.22.<port-1>.
 
 The state file is JSON ``{"ports": {"1": 1, ...}, "names": {"1": "lab-node-0", ...},
-"aliases": {...}, "prev": {...}, "changed": {...}, "log": [[epoch, port, value], ...], "delay": 0.0,
+"aliases": {...}, "prev": {...}, "changed": {...}, "lag": {port: seconds}, "log": [[epoch, port, value], ...], "delay": 0.0,
 "hooks": {"5": [argv...]}}``. A port with a hook (the FC port of a lab real node) runs
 ``argv + ["up" | "down"]`` after every SET that changes its admin status (``testing`` counts as
 down: no frames pass), synchronously and bounded to 10 s; that is how the port controls the node's
@@ -66,8 +66,10 @@ def save(st):
 
 
 def effective(st, p):
-    """The value the status OIDs show (honours the optional transition delay)."""
-    if st["delay"] and time.time() - st["changed"].get(p, 0) < st["delay"]:
+    """The value the status OIDs show (honours the transition delay in effect when the port's last
+    SET was made: a delay set later never reaches back to an earlier SET)."""
+    lag = st.get("lag", {}).get(p, 0.0)
+    if lag and time.time() - st["changed"].get(p, 0) < lag:
         return st["prev"].get(p, st["ports"][p])
     return st["ports"][p]
 
@@ -84,6 +86,7 @@ def commit(st, p, new, written):
     if new != st["ports"][p] or written == 3:
         st["prev"][p] = 2 if written == 3 else effective(st, p)  # reboot: looks off during the delay
         st["changed"][p] = time.time()
+        st.setdefault("lag", {})[p] = st["delay"]
     st["ports"][p] = new
     st["log"].append([time.time(), p, written])
 
