@@ -33,6 +33,7 @@ from kubernetes.client.rest import ApiException
 from test_node_taint_volumes import ADC_ANNOTATION, StandInAttacher
 from test_runner_e2e import (  # noqa: F401 - fixtures are used by name
     DEAD,
+    M3,
     NF,
     OOS,
     SPARE,
@@ -44,6 +45,8 @@ from test_runner_e2e import (  # noqa: F401 - fixtures are used by name
     fence_config,
     fence_ns,
     get_nf,
+    metal3_ns,
+    metal3_objects,
     nodefence,
     oos_on,
     runner,
@@ -378,3 +381,116 @@ def test_release_rate_limit_holds_the_second_release_not_its_fencing(
                 if exc.status != 404:
                     raise
         lab.kubectl("delete", "namespace", ns, "--wait=false")
+
+
+# --- Metal3Remediation: the power-on waits for the detach ----------------------------------------------
+@pytest.mark.timeout(600)
+def test_metal3_powers_the_host_on_only_after_the_volume_attachment_is_gone(
+    lab_kube: Any,
+    api: client.ApiClient,
+    metal3_ns: str,  # noqa: F811
+    runner: Callable[..., Runner],  # noqa: F811
+    dead: str,  # noqa: F811
+    csi_volume: tuple[str, str],
+) -> None:
+    """A Metal3Remediation (Reboot strategy) of a dead node whose pod held a CSI volume: the host is
+    powered off and read back off, the node tainted, the pod released; while its VolumeAttachment
+    stays (the test's finalizer), the BMC's own power log shows no power-on and the remediation
+    says once why it waits. Once the detach finishes, the host is powered on and the remediation
+    ends (node Ready, taint and finalizer gone)."""
+    lab, core, storage = lab_kube, client.CoreV1Api(api), client.StorageV1Api(api)
+    co = client.CustomObjectsApi(api)
+    ns, pv = csi_volume
+    lab.power_on(DEAD)
+    lab.wait_nodes([DEAD], "True", 120)
+    core.create_namespaced_pod(
+        ns,
+        {
+            "metadata": {"name": "db"},
+            "spec": {
+                "nodeName": DEAD,
+                "containers": [
+                    {
+                        "name": "db",
+                        "image": "registry.invalid/db:1",
+                        "volumeMounts": [{"name": "data", "mountPath": "/var/lib/db"}],
+                    }
+                ],
+                "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}],
+            },
+        },
+    )
+    va = wait_for(
+        lambda: next(
+            (
+                v
+                for v in storage.list_volume_attachment().items
+                if v.spec.source.persistent_volume_name == pv
+                and v.spec.node_name == DEAD
+                and v.status
+                and v.status.attached
+            ),
+            None,
+        ),
+        120,
+        f"a VolumeAttachment of {pv} on {DEAD}, attached",
+    )
+    va_name = va.metadata.name
+    storage.patch_volume_attachment(va_name, {"metadata": {"finalizers": [HOLD]}})
+    lab.power_off(DEAD)
+    lab.wait_nodes([DEAD], {"False", "Unknown"}, 120)
+    since = time.time()
+    metal3_objects(
+        lab, api, metal3_ns, "machine-r", DEAD, DEAD, {"strategy": {"type": "Reboot", "retryLimit": 1, "timeout": "300s"}}
+    )  # fmt: skip
+
+    def m3r() -> dict:
+        return co.get_namespaced_custom_object(*M3[:2], metal3_ns, M3[2], "machine-r")  # type: ignore[no-any-return]
+
+    runner()
+    obj = wait_for(
+        lambda: (o := m3r()) and "WaitForDetach" in [e.reason for e in events_of(api, o)] and o,
+        300,
+        "the Metal3Remediation waiting for the VolumeAttachment",
+    )
+    message = next(e.message for e in events_of(api, obj) if e.reason == "WaitForDetach")
+    assert f"1 VolumeAttachment(s) ({va_name})" in message and "0 pod(s)" in message, message
+    with pytest.raises(ApiException) as gone:
+        core.read_namespaced_pod("db", ns)
+    assert gone.value.status == 404  # released: the pod is gone from the API, its detach held
+    # over several of the runner's looks (every 5 s): still Running, tainted, never powered on
+    deadline = time.monotonic() + 12
+    looks = 0
+    while time.monotonic() < deadline:
+        assert (m3r().get("status") or {}).get("phase") == "Running"
+        assert oos_on(core, DEAD), "the taint went before the detach finished"
+        assert "1" not in power_sets(lab, DEAD, since), "the host was powered on before the detach"
+        looks += 1
+        time.sleep(0.5)
+    assert looks >= 10
+    assert [e.reason for e in events_of(api, m3r())].count("WaitForDetach") == 1  # said once
+
+    released_at = time.time()
+    storage.patch_volume_attachment(va_name, {"metadata": {"finalizers": None}})
+
+    def done() -> dict | None:
+        o = m3r()
+        finished = (o.get("status") or {}).get("phase") == "Waiting" and not o["metadata"].get("finalizers")
+        return o if finished and lab.node_ready([DEAD])[DEAD] == "True" and not oos_on(core, DEAD) else None
+
+    wait_for(done, 240, "the Metal3Remediation done (powered on, node Ready, untainted)")
+    ons = [at for at, value in power_rows(lab, DEAD, since) if value == "1"]
+    assert ons and all(at > released_at for at in ons), (ons, released_at)
+    print(f"\nFIGURE metal3 safe return: waited with {message!r}; BMC sets {power_sets(lab, DEAD, since)}")
+
+
+def power_rows(lab: Any, node: str, since: float) -> list[tuple[float, str]]:
+    """(epoch, ``0``/``1``) of the BMC's power sets since ``since``, from its chassis-control log."""
+    path = Path(lab.info["devices"]["bmcs"][node]["power_log"])
+    rows = [line.split() for line in path.read_text().splitlines() if line.strip()]
+    return [(float(at), value) for at, value in rows if float(at) >= since]
+
+
+def power_sets(lab: Any, node: str, since: float) -> list[str]:
+    """The BMC's power sets (``0``/``1``) since ``since``."""
+    return [value for _at, value in power_rows(lab, node, since)]

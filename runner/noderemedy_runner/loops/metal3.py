@@ -10,6 +10,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from noderemedy_runner import logs
@@ -29,12 +30,9 @@ from noderemedy_runner.loops.memory import (
     meta_of,
     out_of_service_tainted,
 )
+from noderemedy_runner.loops.release import ReleaseLedger, observe_left
 from noderemedy_runner.machines import metal3 as m3
-from noderemedy_runner.machines.actions import (
-    OUT_OF_SERVICE_TAINT_KEY,
-    Action,
-    FenceReading,
-)
+from noderemedy_runner.machines.actions import Action, FenceReading
 from noderemedy_runner.observer import Observer
 
 log = logging.getLogger(__name__)
@@ -54,6 +52,9 @@ class Metal3RemediationReconciler(Reconciler):
     the Machine or the Metal3Remediation, else the host named like the Machine's node. The Machine
     is the Metal3Remediation's owner (ownerReferences kind Machine), else the Machine with its name
     (CAPI names remediations after their Machine).
+
+    ``releases``: the runner's release rate ledger, shared with the NodeFence reconciler so the
+    limit counts both kinds of release (None: no limit).
     """
 
     kind = "Metal3Remediation"
@@ -67,9 +68,17 @@ class Metal3RemediationReconciler(Reconciler):
         observer: Observer | None = None,
         clock: Callable[[], float] = time.time,
         dry_run: bool = False,
+        releases: ReleaseLedger | None = None,
     ) -> None:
         super().__init__(kube, executor, observer=observer, clock=clock, dry_run=dry_run)
         self.selector = selector
+        self.releases = releases or ReleaseLedger(0)
+
+    def _note_once(self, obj: Mapping[str, Any], held: InMemory, reason: str, message: str) -> None:
+        """A Normal Event ``reason`` with ``message``, once per remediation (kept in ``held.notes``)."""
+        if reason not in held.notes:
+            held.notes.append(reason)
+            self.kube.event(obj, "Normal", reason, message)
 
     def _find_host(
         self, obj: Mapping[str, Any], machine: Mapping[str, Any] | None, node: str | None
@@ -145,9 +154,12 @@ class Metal3RemediationReconciler(Reconciler):
             node_obj = self.kube.get_node(node) if node else None
             ready = ready_condition(node_obj)[0] if node_obj is not None else False
             taint = out_of_service_tainted(node_obj)
-            drained = True
-            if node_obj is not None and taint:
-                drained = not [p for p in self.kube.pods_on_node(str(node)) if not _tolerates_oos(p)]
+            # safe return: what the taint has not yet released, looked at before the power-on
+            left = (
+                observe_left(self.kube, str(node), None)
+                if node_obj is not None and taint and status.phase == m3.PHASE_RUNNING
+                else None
+            )
             owner_false = False
             if machine is not None:
                 for c in (machine.get("status") or {}).get("conditions") or []:
@@ -159,13 +171,24 @@ class Metal3RemediationReconciler(Reconciler):
                 node_exists=node_obj is not None,
                 node_ready=ready,
                 taint_present=taint,
-                node_drained=drained,
+                left_on_node=left,
                 power=held.fresh_reading(now),
                 power_failed=held.power_refused or held.power_failures >= POWER_FAILURE_LIMIT,
                 has_finalizer=m3.FINALIZER in (meta.get("finalizers") or []),
                 owner_remediated_false=owner_false,
             )
             action = m3.decide(name, namespace, machine_name, status, strategy, host, obs)
+            if action.releases_workloads and not self.dry_run:  # the release rate limit
+                hold = self.releases.hold(self.kube, str(node), now)
+                if hold is not None:
+                    obs = replace(obs, release_hold=hold)
+                    action = m3.decide(name, namespace, machine_name, status, strategy, host, obs)
+                    self._note_once(obj, held, m3.RELEASE_RATE_LIMITED, hold.message)
+            if action.reason in (m3.WAIT_FOR_DETACH, "WaitNodeDrained") and left is not None:
+                self._note_once(
+                    obj, held, action.reason, f"node {node}: the power-on waits until the out-of-service "
+                    f"taint has released {left.summary()}",
+                )  # fmt: skip
             log.debug("%s: %s (%s)", where, action.kind, action.reason)
             if self.dry_run:
                 log.info("dry run: %s would %s (%s)", where, action.kind, action.reason)
@@ -173,7 +196,7 @@ class Metal3RemediationReconciler(Reconciler):
             if action.kind == "wait":
                 return action.seconds
             if action.kind == "none":
-                if action.reason == "RemediationDone" and not held.notes:
+                if action.reason == "RemediationDone" and "done" not in held.notes:
                     held.notes.append("done")
                     self.kube.event(
                         obj, "Normal", "RemediationDone", f"node {node} Ready again; finalizer removed"
@@ -266,18 +289,6 @@ class Metal3RemediationReconciler(Reconciler):
         if action.kind in ("taint_out_of_service", "untaint_out_of_service"):
             return self.run_taint(obj, str(node or ""), action, held, cancel)
         raise ValueError(f"Metal3Remediation {namespace}/{name}: unexpected action {action.kind}")
-
-
-def _tolerates_oos(pod: Mapping[str, Any]) -> bool:
-    """Whether a pod stays despite the out-of-service taint (tolerates it, or already finished)."""
-    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-        return True
-    for t in (pod.get("spec") or {}).get("tolerations") or []:
-        if t.get("operator") == "Exists" and not t.get("key"):
-            return True
-        if t.get("key") == OUT_OF_SERVICE_TAINT_KEY:
-            return True
-    return False
 
 
 __all__ = ["BMH_ANNOTATION", "Metal3RemediationReconciler", "POWER_FAILURE_LIMIT", "POWER_REFUSED"]

@@ -190,7 +190,12 @@ class Watcher:
             dry_run=dry_run,
         )
         self.metal3 = Metal3RemediationReconciler(
-            self.kube, self.executor, selector=metal3_selector, observer=self.observer, dry_run=dry_run
+            self.kube,
+            self.executor,
+            selector=metal3_selector,
+            observer=self.observer,
+            dry_run=dry_run,
+            releases=self.nodefences.releases,
         )
         self.poll_interval = poll_interval
         self.max_requeue = max_requeue

@@ -7,8 +7,9 @@ Phases (``status.phase``, upstream constants)::
 
     ""                → Running (lastRemediated = now)
     Running           add finalizer; power the host off and read it back off; taint the node
-                      out-of-service (only with that verified reading, invariant 1); wait until
-                      the node is drained → Waiting
+                      out-of-service (only with that verified reading, invariant 1; when the
+                      release rate limit holds, wait); wait until the taint has released the
+                      node: its old pods gone and its VolumeAttachments detached → Waiting
     Waiting           power on; once the node is Ready remove the taint, then the finalizer
                       (done: CAPI deletes the CR when the Machine is healthy). When
                       lastRemediated + timeout passes: retry (Running, retryCount + 1,
@@ -18,6 +19,14 @@ Phases (``status.phase``, upstream constants)::
     Failed            nothing; entered when the host cannot be powered: BareMetalHost
                       ``spec.online`` false (upstream), no BMC address/credentials, or the
                       executor reports the BMC refusing power changes.
+
+Safe return (KEP-2268, non-graceful node shutdown: "make sure the taint is only removed after
+detach is finished"; :mod:`noderemedy_runner.machines.release`): upstream waits for the node's pods
+only before it powers the host on. A host powered on while a VolumeAttachment still names it comes
+back to volumes the control plane is moving elsewhere, so the power-on also waits for the node's
+VolumeAttachments to go (:class:`~noderemedy_runner.machines.release.LeftOnNode`), the same rule
+as a NodeFence's Recovery. The release rate limit (``--max-pods-released-per-minute``) holds the
+taint as it holds a NodeFence's.
 
 Our runner acts only on objects opted in (:func:`opted_in`): an annotation or a configured
 label selector, so it can share a cluster with CAPM3's own controller.
@@ -33,6 +42,7 @@ from typing import Any
 from noderemedy_runner.machines import actions as act
 from noderemedy_runner.machines.actions import Action, FenceReading
 from noderemedy_runner.machines.conditions import format_time, parse_time
+from noderemedy_runner.machines.release import LeftOnNode, RateHold
 
 PHASE_RUNNING = "Running"
 PHASE_WAITING = "Waiting"
@@ -47,6 +57,10 @@ OWNER_REMEDIATED = "OwnerRemediated"
 WAITING_FOR_REMEDIATION = "WaitingForRemediation"
 #: Upstream's requeue delay while waiting for power or drain (controller's defaultTimeout), seconds.
 POLL_SECONDS = 5.0
+#: Wait reasons: the node's VolumeAttachments are not detached yet (the power-on waits); the
+#: release rate limit holds the taint.
+WAIT_FOR_DETACH = "WaitForDetach"
+RELEASE_RATE_LIMITED = "ReleaseRateLimited"
 #: Used when spec.strategy.timeout is absent, seconds (CAPM3 docs' example value).
 DEFAULT_TIMEOUT_SECONDS = 300.0
 
@@ -184,7 +198,9 @@ class HostRef:
 @dataclass(frozen=True)
 class Metal3Observations:
     """Fresh facts: ``now`` (seconds); ``node`` (Machine ``status.nodeRef.name`` or None);
-    ``node_exists``/``node_ready``/``taint_present``/``node_drained`` (no pods left to evict);
+    ``node_exists``/``node_ready``/``taint_present``; ``left_on_node``: what the taint has not yet
+    released (old pods, VolumeAttachments naming the node; None: not looked at, which waits);
+    ``release_hold``: the release rate limit holds the taint now;
     ``power``: the BMC's read-back as a :class:`FenceReading` (``fenced`` = read back off; None =
     not read this cycle); ``power_failed``: the executor could not power the host (after its own
     retries); ``has_finalizer``; ``owner_remediated_false``: the Machine already has
@@ -195,7 +211,8 @@ class Metal3Observations:
     node_exists: bool = True
     node_ready: bool = False
     taint_present: bool = False
-    node_drained: bool = False
+    left_on_node: LeftOnNode | None = None
+    release_hold: RateHold | None = None
     power: FenceReading | None = None
     power_failed: bool = False
     has_finalizer: bool = False
@@ -263,9 +280,14 @@ def decide(
             return power_action(name, host, "off", node, s.retry_count)
         if node is not None and obs.node_exists:
             if not obs.taint_present:
+                if obs.release_hold is not None:
+                    return act.wait(min(POLL_SECONDS, obs.release_hold.retry_seconds), RELEASE_RATE_LIMITED)
                 return act.taint_out_of_service(node, power)
-            if not obs.node_drained:
+            left = obs.left_on_node
+            if left is None or left.pods:
                 return act.wait(POLL_SECONDS, "WaitNodeDrained")
+            if left.volume_attachments:
+                return act.wait(POLL_SECONDS, WAIT_FOR_DETACH)
         return _write(replace(s, phase=PHASE_WAITING), "PoweredOff")
 
     # Waiting

@@ -28,6 +28,7 @@ from noderemedy_runner.machines.metal3 import (
     parse_duration,
     parse_label_selector,
 )
+from noderemedy_runner.machines.release import LeftOnNode, RateHold
 
 T0 = 1_700_000_000.0
 NOW = T0 + 1000
@@ -37,6 +38,9 @@ STRATEGY = RemediationStrategy("Reboot", retry_limit=2, timeout_seconds=300)
 OFF = FenceReading(NODE, True, "power_off", "BareMetalHost/metal3/host-1", NOW)
 ON = FenceReading(NODE, False, "power_off", "BareMetalHost/metal3/host-1", NOW)
 OFF_OTHER = FenceReading("worker-2", True, "power_off", "BareMetalHost/metal3/host-2", NOW)
+PODS_LEFT = LeftOnNode(pods=("default/web-0",))
+VA_LEFT = LeftOnNode(volume_attachments=("csi-0123",))
+HOLD = RateHold("the release of node worker-1 waits", 2.5)
 
 
 def st_(phase: str = "Running", retry: int = 0, last: float | None = NOW - 10) -> Metal3RemediationStatus:
@@ -72,8 +76,11 @@ ROWS: list[tuple[str, Metal3RemediationStatus, Metal3Observations, dict[str, Any
     ("running/power-on-powers-off", st_(), ob(power=ON), {}, "power", {"extravars.state": "off"}),
     ("running/off-reading-of-other-node", st_(), ob(power=OFF_OTHER), {}, "power", {"extravars.state": "off"}),
     ("running/verified-off-taints", st_(), ob(power=OFF), {}, "taint_out_of_service", {"fence": OFF, "extravars.node": NODE}),
-    ("running/wait-drain", st_(), ob(power=OFF, taint_present=True), {}, "wait", {"seconds": 5.0}),
-    ("running/drained-waiting", st_(), ob(power=OFF, taint_present=True, node_drained=True), {}, "write_status", {"phase": "Waiting"}),
+    ("running/rate-limited-waits", st_(), ob(power=OFF, release_hold=HOLD), {}, "wait", {"seconds": 2.5, "reason": "ReleaseRateLimited"}),
+    ("running/not-looked-waits", st_(), ob(power=OFF, taint_present=True), {}, "wait", {"seconds": 5.0, "reason": "WaitNodeDrained"}),
+    ("running/wait-drain", st_(), ob(power=OFF, taint_present=True, left_on_node=PODS_LEFT), {}, "wait", {"seconds": 5.0, "reason": "WaitNodeDrained"}),
+    ("running/wait-detach", st_(), ob(power=OFF, taint_present=True, left_on_node=VA_LEFT), {}, "wait", {"seconds": 5.0, "reason": "WaitForDetach"}),
+    ("running/drained-waiting", st_(), ob(power=OFF, taint_present=True, left_on_node=LeftOnNode()), {}, "write_status", {"phase": "Waiting"}),
     ("running/no-node-waiting", st_(), ob(power=OFF_OTHER, node=None), {}, "write_status", {"phase": "Waiting"}),
     ("running/node-gone-waiting", st_(), ob(power=OFF, node_exists=False), {}, "write_status", {"phase": "Waiting"}),
     ("waiting/power-unknown-powers-on", st_("Waiting"), ob(taint_present=True), {}, "power", {"extravars.state": "on"}),
@@ -158,25 +165,33 @@ def test_exhaustive_sweep() -> None:
     node, retries bounded by retryLimit, phases only move along upstream's edges."""
     edges = {("", "Running"), ("Running", "Waiting"), ("Waiting", "Running"), ("Waiting", "Deleting machine")}
     n = 0
-    for phase, retry, last, power, node, exists, ready, taint, drained, fin, owner, failed in itertools.product(
+    for phase, retry, last, power, node, exists, ready, taint, left, fin, owner, failed, hold in itertools.product(
         PHASES, (0, 1, 2), (NOW - 10, NOW - 300), (None, OFF, ON, OFF_OTHER), (NODE, None),
-        (True, False), (True, False), (True, False), (True, False), (True, False), (True, False), (False, True),
+        (True, False), (True, False), (True, False), (None, LeftOnNode(), PODS_LEFT, VA_LEFT), (True, False),
+        (True, False), (False, True), (None, HOLD),
     ):  # fmt: skip
         n += 1
         status = st_(phase, retry, last)
         obs = ob(power=power, node=node, node_exists=exists, node_ready=ready, taint_present=taint,
-                 node_drained=drained, has_finalizer=fin, owner_remediated_false=owner, power_failed=failed)  # fmt: skip
+                 left_on_node=left, has_finalizer=fin, owner_remediated_false=owner, power_failed=failed,
+                 release_hold=hold)  # fmt: skip
         action = go(status, obs)
         assert action == go(status, obs)
         if action.releases_workloads:
             assert node is not None and power is not None and power.verifies(node) and action.fence is power
-            assert phase == "Running"
+            assert phase == "Running" and hold is None
+        if action.kind == "power" and action.extravars["state"] == "on" and node is not None and exists:
+            # safe return: never powered on while the taint has not released the node
+            assert phase == "Waiting" or (left is not None and left.empty), (phase, left)
+        if (phase, action.kind) == ("Running", "write_status") and node is not None and exists:
+            new_phase = Metal3RemediationStatus.from_dict(action.status).phase
+            assert new_phase != "Waiting" or (taint and left is not None and left.empty)
         if action.kind == "write_status":
             new = Metal3RemediationStatus.from_dict(action.status)
             assert new != status
             assert new.phase == "Failed" or (phase, new.phase) in edges
             assert new.retry_count <= STRATEGY.retry_limit
-    assert n > 10_000
+    assert n > 50_000
 
 
 # --- simulated world -----------------------------------------------------------------------
@@ -200,7 +215,8 @@ def simulate(
     power: FenceReading | None = None
     for i in range(5000):
         obs = Metal3Observations(
-            now=now, node=NODE, node_ready=world.node_ready, taint_present=world.taint, node_drained=world.drained,
+            now=now, node=NODE, node_ready=world.node_ready, taint_present=world.taint,
+            left_on_node=LeftOnNode() if world.drained else PODS_LEFT,
             power=power, has_finalizer=world.finalizer, owner_remediated_false=world.owner_remediated_false,
         )  # fmt: skip
         action = go(persisted, obs, strategy)

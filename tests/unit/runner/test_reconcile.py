@@ -14,7 +14,7 @@ from noderemedy_runner.config.fence import FenceConfigError
 from noderemedy_runner.executor import Executor
 from noderemedy_runner.kube.resources import has_taint, ready_condition
 from noderemedy_runner.loops.memory import READING_FRESH_SECONDS, InMemory
-from noderemedy_runner.loops.metal3 import Metal3RemediationReconciler, _tolerates_oos
+from noderemedy_runner.loops.metal3 import Metal3RemediationReconciler
 from noderemedy_runner.loops.nodefence import NodeFenceReconciler, load_fence_config
 from noderemedy_runner.machines import actions as act
 from noderemedy_runner.machines.actions import FenceReading
@@ -37,15 +37,6 @@ def test_ready_condition_and_taint() -> None:
     assert has_taint(node, act.OUT_OF_SERVICE_TAINT_KEY, "NoExecute")
     assert not has_taint(node, act.OUT_OF_SERVICE_TAINT_KEY, "NoSchedule")
     assert ready_condition({"status": {}}) == (False, None)
-
-
-def test_pods_that_stay_despite_the_taint() -> None:
-    assert _tolerates_oos({"spec": {"tolerations": [{"operator": "Exists"}]}})
-    assert _tolerates_oos(
-        {"spec": {"tolerations": [{"key": act.OUT_OF_SERVICE_TAINT_KEY, "operator": "Exists"}]}}
-    )
-    assert _tolerates_oos({"status": {"phase": "Succeeded"}, "spec": {}})
-    assert not _tolerates_oos({"spec": {"tolerations": [{"key": "node.kubernetes.io/unreachable"}]}})
 
 
 class ConfigMaps:
