@@ -140,20 +140,10 @@ def csi_volume(lab_kube: Any, api: client.ApiClient, tmp_path: Path) -> Iterator
             lab.kubectl("annotate", "node", DEAD, f"{ADC_ANNOTATION}-")
 
 
-@pytest.mark.timeout(600)
-def test_taint_and_storage_fence_stay_until_the_volume_attachment_is_gone(
-    lab_kube: Any,
-    api: client.ApiClient,
-    fence_ns: FenceNamespace,  # noqa: F811
-    runner: Callable[..., Runner],  # noqa: F811
-    dead: str,  # noqa: F811
-    csi_volume: tuple[str, str],
-) -> None:
-    lab, core, storage = lab_kube, client.CoreV1Api(api), client.StorageV1Api(api)
-    co = client.CustomObjectsApi(api)
-    ns, pv = csi_volume
-    lab.power_on(DEAD)  # the pod and its volume first go to the node while it is up
-    lab.wait_nodes([DEAD], "True", 120)
+def db_pod_attached(core: client.CoreV1Api, storage: client.StorageV1Api, ns: str, pv: str) -> str:
+    """Create pod ``db`` on lab-node-1 (up) with claim ``data`` of ``csi_volume``; wait until the
+    attach/detach controller's VolumeAttachment of ``pv`` on the node is attached and return its
+    name, with the test's finalizer put on it (the detach the taint starts cannot finish)."""
     core.create_namespaced_pod(
         ns,
         {
@@ -171,21 +161,40 @@ def test_taint_and_storage_fence_stay_until_the_volume_attachment_is_gone(
             },
         },
     )
-
-    def va_of_pv() -> Any:
-        vas = [
-            v for v in storage.list_volume_attachment().items if v.spec.source.persistent_volume_name == pv
-        ]
-        return vas[0] if vas else None
-
     va = wait_for(
-        lambda: (v := va_of_pv()) and v.spec.node_name == DEAD and v.status and v.status.attached and v,
+        lambda: next(
+            (
+                v
+                for v in storage.list_volume_attachment().items
+                if v.spec.source.persistent_volume_name == pv
+                and v.spec.node_name == DEAD
+                and v.status
+                and v.status.attached
+            ),
+            None,
+        ),
         120,
         f"a VolumeAttachment of {pv} on {DEAD}, attached",
     )
-    va_name = va.metadata.name
-    # the test holds the detach: the VolumeAttachment cannot go while this finalizer is on it
-    storage.patch_volume_attachment(va_name, {"metadata": {"finalizers": [HOLD]}})
+    storage.patch_volume_attachment(va.metadata.name, {"metadata": {"finalizers": [HOLD]}})
+    return str(va.metadata.name)
+
+
+@pytest.mark.timeout(600)
+def test_taint_and_storage_fence_stay_until_the_volume_attachment_is_gone(
+    lab_kube: Any,
+    api: client.ApiClient,
+    fence_ns: FenceNamespace,  # noqa: F811
+    runner: Callable[..., Runner],  # noqa: F811
+    dead: str,  # noqa: F811
+    csi_volume: tuple[str, str],
+) -> None:
+    lab, core, storage = lab_kube, client.CoreV1Api(api), client.StorageV1Api(api)
+    co = client.CustomObjectsApi(api)
+    ns, pv = csi_volume
+    lab.power_on(DEAD)  # the pod and its volume first go to the node while it is up
+    lab.wait_nodes([DEAD], "True", 120)
+    va_name = db_pod_attached(core, storage, ns, pv)
     lab.power_off(DEAD)
     lab.wait_nodes([DEAD], {"False", "Unknown"}, 120)
     sets_before = fc_sets(lab, DEAD)
@@ -403,40 +412,7 @@ def test_metal3_powers_the_host_on_only_after_the_volume_attachment_is_gone(
     ns, pv = csi_volume
     lab.power_on(DEAD)
     lab.wait_nodes([DEAD], "True", 120)
-    core.create_namespaced_pod(
-        ns,
-        {
-            "metadata": {"name": "db"},
-            "spec": {
-                "nodeName": DEAD,
-                "containers": [
-                    {
-                        "name": "db",
-                        "image": "registry.invalid/db:1",
-                        "volumeMounts": [{"name": "data", "mountPath": "/var/lib/db"}],
-                    }
-                ],
-                "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}],
-            },
-        },
-    )
-    va = wait_for(
-        lambda: next(
-            (
-                v
-                for v in storage.list_volume_attachment().items
-                if v.spec.source.persistent_volume_name == pv
-                and v.spec.node_name == DEAD
-                and v.status
-                and v.status.attached
-            ),
-            None,
-        ),
-        120,
-        f"a VolumeAttachment of {pv} on {DEAD}, attached",
-    )
-    va_name = va.metadata.name
-    storage.patch_volume_attachment(va_name, {"metadata": {"finalizers": [HOLD]}})
+    va_name = db_pod_attached(core, storage, ns, pv)
     lab.power_off(DEAD)
     lab.wait_nodes([DEAD], {"False", "Unknown"}, 120)
     since = time.time()
