@@ -41,6 +41,7 @@ from test_real_node_fencing import (  # noqa: F401 - fixtures are used by name
 from test_runner_e2e import OOS, FenceNamespace, get_nf, nodefence
 from test_runner_guards import device_log
 
+from noderemedy_lab.realnode import REAL_TAINT
 from noderemedy_runner.jobs import JOB_ANNOTATION, TIMESTAMP_ANNOTATION, job_name
 
 pytestmark = [pytest.mark.lab, pytest.mark.kube]
@@ -64,11 +65,29 @@ def namespace_gone(lab) -> bool:
     return lab.kubectl("get", "namespace", NS).returncode != 0
 
 
+def real_nodes_schedulable(lab) -> bool:
+    """Whether every real node is Ready and carries no NoSchedule/NoExecute taint but the lab's own
+    (which the runner tolerates): a node another test fenced or partitioned may still be coming back."""
+    nodes = kjson(lab, "get", "nodes", *lab.info["real_nodes"])["items"]
+    for node in nodes:
+        conds = {c["type"]: c["status"] for c in node["status"].get("conditions", [])}
+        taints = [
+            t
+            for t in node["spec"].get("taints") or []
+            if t.get("effect") in ("NoSchedule", "NoExecute") and t.get("key") != REAL_TAINT["key"]
+        ]
+        if conds.get("Ready") != "True" or taints or node["spec"].get("unschedulable"):
+            return False
+    return len(nodes) == len(lab.info["real_nodes"])
+
+
 @pytest.fixture(scope="module")
 def deployed(lab_real, image):
     lab_real.import_image(image)
     # another module's deploy/ may still be terminating
     wait_for(lambda: namespace_gone(lab_real), 120, f"namespace {NS} gone")
+    # the replicas' anti-affinity is preferred: both real nodes must be there to take one each
+    wait_for(lambda: real_nodes_schedulable(lab_real), 180, "the real nodes Ready and untainted")
     crds = lab_real.kubectl("apply", "--server-side", "-f", str(ROOT / "deploy" / "crds"))
     assert crds.returncode == 0, crds.stderr
     out = lab_real.kubectl("apply", "-k", str(OVERLAY), "--server-side")

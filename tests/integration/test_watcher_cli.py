@@ -8,6 +8,7 @@ Ready=False condition written through the real status subresource."""
 from __future__ import annotations
 
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -66,8 +67,12 @@ def extra_nodes(api: client.ApiClient) -> Iterator[list[str]]:
 
 
 def get(url: str) -> int:
-    with urllib.request.urlopen(url, timeout=5) as resp:
-        return int(resp.status)
+    """The HTTP status of a GET of ``url`` (an error status is returned, not raised)."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
 
 
 def test_dry_run_decides_and_writes_nothing(
@@ -88,7 +93,10 @@ def test_dry_run_decides_and_writes_nothing(
         "the decision",
     )
     assert line[0]["resource"] == f"NodeFence/{node}" and line[0]["configuration"] == "lab"
-    assert get(r.metrics_url + "/readyz") == 200 and get(r.metrics_url + "/healthz") == 200
+    # ready once the main thread has seen the detector's first list, which may come just after
+    # the detector's first decision
+    wait_for(lambda: get(r.metrics_url + "/readyz") == 200, 30, "/readyz 200")
+    assert get(r.metrics_url + "/healthz") == 200
     assert r.metric("noderemedy_unhealthy_nodes", {"configuration": "lab"}) == 1
     # nothing written: no NodeFence, no Lease, no status ConfigMap, no Event
     assert node not in nodefences(api)
