@@ -48,6 +48,7 @@ from noderemedy_runner.machines.actions import OUT_OF_SERVICE_TAINT_KEY as OUT_O
 from .config import LabConfig
 from .lab import Lab
 from .procs import ComponentError
+from .realnode import SHARED_MOUNT
 from .workload import failover_figures, prefer_node, uptime, writer_statefulset, writes
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -122,6 +123,7 @@ def fence_configuration(lab: Lab, host: str) -> list[dict]:
             {"template.properties": f"type=fc\nmodel=ifmib\naddress={host}:{fc['port']}\nsecret=fc-switch\n"},
         ),
     ]
+    real = set(lab.info.get("real_node_names", []))
     for node in lab.info["nodes"] + lab.info.get("real_node_names", []):
         bmc = dev["bmcs"][node]
         docs += [
@@ -137,7 +139,10 @@ def fence_configuration(lab: Lab, host: str) -> list[dict]:
                 f"fence-config-{node}",
                 {
                     "config.properties": f"node_name={node}\nisolation=fc-off\n"
-                    "power_management=ipmi-off ipmi-on\nrecovery=fc-on\n",
+                    "power_management=ipmi-off ipmi-on\nrecovery=fc-on\n"
+                    # the writer's storage is behind the real nodes' FC ports: the FC fence
+                    # releases web-0 at once, the power fence everything else
+                    + (f"fenced_storage=hostpath:{SHARED_MOUNT}\n" if node in real else ""),
                     "fence-method-fc-off": f"template=fence-method-template-fc-switch\nplug={dev['fc_ports'][node]}\naction=off\n",
                     "fence-method-fc-on": f"template=fence-method-template-fc-switch\nplug={dev['fc_ports'][node]}\naction=on\n",
                     "fence-method-ipmi-off": f"template=fence-method-template-bmc-{node}\naction=off\n",

@@ -14,6 +14,14 @@ workloads corrupts data, so adding it is guarded (DESIGN.md, safety invariant 1)
   ``{"verified": true, "method": "ipmi"|"redfish"|"pdu"|"fc", "target": str, "state": "off"|"disabled",
   "verified_at": epoch seconds}``, not older than ``fence_max_age`` seconds.
 
+**What a fence releases.** A power fence (the node read back off: ipmi, redfish, aws, vmware,
+kdump, pdu; or an admin's confirmation) stops everything on the node, so it licenses the
+out-of-service taint. A storage-only fence (``fc``: the node's FC switch ports read back disabled)
+stops only what the node reaches through those ports: a partitioned node may go on running its
+other pods. It never licenses the taint; it licenses force-deleting the node's pods whose volumes
+are that storage (``fenced_storage``: CSI drivers, StorageClasses, hostPath directories, the
+in-tree ``fc`` volume source), and nothing else (:func:`uses_fenced_storage`).
+
 Removing the taint (recovery) is not guarded. Pure decisions (evidence, readiness, taint lists,
 tolerations) are unit-tested without a cluster; :func:`run_node_taint` does the I/O.
 """
@@ -46,6 +54,12 @@ FENCE_STATES = {
     "admin": "confirmed-down",
 }
 
+#: Fence methods that isolate the node's storage only: their evidence never licenses the
+#: out-of-service taint, only the release of the pods on the fenced storage.
+STORAGE_METHODS = ("fc",)
+#: Kubelet annotation on the mirror pod of a static pod (the kubelet re-creates them; never released).
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+
 #: Seconds a fence's ``verified_at`` may lie in the future (clock skew between hosts).
 CLOCK_SKEW = 5.0
 
@@ -65,6 +79,16 @@ TAINT_ARGSPEC: dict[str, dict[str, Any]] = {
     "fence_evidence": {"type": "dict"},
     "fence_max_age": {"type": "int", "default": 300},
     "force_delete_pods": {"type": "bool", "default": False},
+    "fenced_storage": {
+        "type": "list",
+        "elements": "dict",
+        "options": {
+            "csi_driver": {"type": "str"},
+            "storage_class": {"type": "str"},
+            "host_path": {"type": "path"},
+            "fc": {"type": "bool"},
+        },
+    },
     "wait": {"type": "bool", "default": False},
     "wait_timeout": {"type": "int", "default": 300},
 }
@@ -221,6 +245,60 @@ def tolerates(pod: dict[str, Any], taint: dict[str, Any]) -> bool:
     return False
 
 
+def _volume_matches(kinds: dict[str, Any], matcher: dict[str, Any]) -> bool:
+    if matcher.get("fc") and kinds.get("fc"):
+        return True
+    if matcher.get("csi_driver") and kinds.get("csi_driver") == matcher["csi_driver"]:
+        return True
+    if matcher.get("storage_class") and kinds.get("storage_class") == matcher["storage_class"]:
+        return True
+    root = (matcher.get("host_path") or "").rstrip("/")
+    path = kinds.get("host_path") or ""
+    return bool(root) and (path == root or path.startswith(root + "/"))
+
+
+def volume_kinds(volume: dict[str, Any], pv: dict[str, Any] | None) -> dict[str, Any]:
+    """What a pod volume is, for :func:`uses_fenced_storage`: ``{"csi_driver", "storage_class",
+    "host_path", "fc"}`` (absent when not that). ``pv``: the PersistentVolume bound to the
+    volume's claim (None for an inline volume or an unbound claim)."""
+    out: dict[str, Any] = {}
+    src = (pv.get("spec") or {}) if pv is not None else volume
+    if isinstance(src.get("csi"), dict):
+        out["csi_driver"] = src["csi"].get("driver")
+    if isinstance(src.get("hostPath"), dict):
+        out["host_path"] = str(src["hostPath"].get("path") or "")
+    if isinstance(src.get("fc"), dict):
+        out["fc"] = True
+    if pv is not None and (pv.get("spec") or {}).get("storageClassName"):
+        out["storage_class"] = pv["spec"]["storageClassName"]
+    return out
+
+
+def uses_fenced_storage(
+    pod: dict[str, Any], pvs: dict[str, dict[str, Any]], fenced_storage: list[dict[str, Any]]
+) -> bool:
+    """Whether one of the pod's volumes is storage a storage-only fence cut off.
+
+    Args:
+        pod: the pod.
+        pvs: ``<namespace>/<claim>`` -> the PersistentVolume bound to that claim (claims missing
+            here are unbound or unknown: they never match).
+        fenced_storage: the matchers (``csi_driver``, ``storage_class``, ``host_path``: that
+            directory or below it, ``fc``: the in-tree FC volume source); a volume matches one
+            when any of the matcher's keys matches.
+    """
+    namespace = (pod.get("metadata") or {}).get("namespace", "")
+    for volume in (pod.get("spec") or {}).get("volumes") or []:
+        claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
+        pv = pvs.get(f"{namespace}/{claim}") if claim else None
+        if claim and pv is None:
+            continue
+        kinds = volume_kinds(volume, pv)
+        if any(_volume_matches(kinds, m) for m in fenced_storage):
+            return True
+    return False
+
+
 def _ref(obj: dict[str, Any]) -> str:
     meta = obj.get("metadata", {})
     return f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else meta.get("name", "")
@@ -330,6 +408,52 @@ class NodeTaints:
         ]
         return sorted(pods), sorted(attachments)
 
+    def _force_delete(self, pod: dict[str, Any]) -> bool:
+        """Delete ``pod`` with grace period 0 and its uid as precondition; False when it is gone
+        already or another pod has its name by now."""
+        meta = pod.get("metadata") or {}
+        path = f"/api/v1/namespaces/{quote(meta['namespace'], safe='')}/pods/{quote(meta['name'], safe='')}"
+        body = {"gracePeriodSeconds": 0, "preconditions": {"uid": meta.get("uid")}}
+        try:
+            request(self.client, "DELETE", path, body=body)
+        except KubeError as exc:
+            if exc.reason in ("not_found", "conflict"):
+                return False
+            raise
+        return True
+
+    def release_fenced_storage(self, fenced_storage: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
+        """Force-delete (as :meth:`force_delete_pods`) the node's pods that use storage a
+        storage-only fence cut off (:func:`uses_fenced_storage`); leave the others. Mirror pods
+        and finished pods are neither. Only for a node whose storage fence was verified (the
+        caller's guard). Returns ``(deleted, kept)``, ``namespace/name`` each, sorted."""
+        doc = request(
+            self.client, "GET", "/api/v1/pods", query=[("fieldSelector", f"spec.nodeName={self.node}")]
+        )
+        pods = [
+            p
+            for p in doc.get("items") or []
+            if MIRROR_ANNOTATION not in ((p.get("metadata") or {}).get("annotations") or {})
+            and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        ]
+        pvs: dict[str, dict[str, Any]] = {}
+        if any(
+            (v.get("persistentVolumeClaim") or {})
+            for p in pods
+            for v in (p.get("spec") or {}).get("volumes") or []
+        ):
+            for pv in request(self.client, "GET", "/api/v1/persistentvolumes").get("items") or []:
+                ref = (pv.get("spec") or {}).get("claimRef") or {}
+                if (pv.get("status") or {}).get("phase") == "Bound" and ref.get("name"):
+                    pvs[f"{ref.get('namespace', '')}/{ref['name']}"] = pv
+        deleted, kept = [], []
+        for pod in pods:
+            if not uses_fenced_storage(pod, pvs, fenced_storage):
+                kept.append(_ref(pod))
+            elif self._force_delete(pod):
+                deleted.append(_ref(pod))
+        return sorted(deleted), sorted(kept)
+
     def force_delete_pods(self, taint: dict[str, Any]) -> list[str]:
         """Delete, with grace period 0 (``kubectl delete pod --force --grace-period=0``), every pod
         bound to the node that does not tolerate ``taint``: what the pod garbage collector does to
@@ -340,22 +464,9 @@ class NodeTaints:
         doc = request(
             self.client, "GET", "/api/v1/pods", query=[("fieldSelector", f"spec.nodeName={self.node}")]
         )
-        deleted = []
-        for pod in doc.get("items") or []:
-            if tolerates(pod, taint):
-                continue
-            meta = pod.get("metadata") or {}
-            path = (
-                f"/api/v1/namespaces/{quote(meta['namespace'], safe='')}/pods/{quote(meta['name'], safe='')}"
-            )
-            body = {"gracePeriodSeconds": 0, "preconditions": {"uid": meta.get("uid")}}
-            try:
-                request(self.client, "DELETE", path, body=body)
-            except KubeError as exc:
-                if exc.reason in ("not_found", "conflict"):
-                    continue  # gone, or another pod of that name by now
-                raise
-            deleted.append(_ref(pod))
+        deleted = [
+            _ref(p) for p in doc.get("items") or [] if not tolerates(p, taint) and self._force_delete(p)
+        ]
         return sorted(deleted)
 
     def wait_released(self, taint: dict[str, Any], timeout: float, interval: float = 0.5) -> dict[str, Any]:
@@ -420,6 +531,9 @@ def run_node_taint(client: Any, params: dict[str, Any], check_mode: bool = False
     nt = NodeTaints(client, params["name"], dry_run=check_mode)
     out: dict[str, Any] = {"node": nt.node}
     oos_wanted = state == "present" and any(is_out_of_service(t) for t in taints)
+    evidence = params.get("fence_evidence")
+    if oos_wanted and isinstance(evidence, dict) and evidence.get("method") in STORAGE_METHODS:
+        return _release_fenced_storage(nt, params, taints, evidence, max_age, check_mode, out)
 
     def guard(node: dict[str, Any], added: list[dict[str, Any]]) -> None:
         if any(is_out_of_service(t) for t in added):
@@ -447,4 +561,52 @@ def run_node_taint(client: Any, params: dict[str, Any], check_mode: bool = False
             {"key": taint["key"], "value": taint.get("value") or "", "effect": taint["effect"]},
             float(params.get("wait_timeout") or 0),
         )
+    return out
+
+
+def _release_fenced_storage(
+    nt: NodeTaints,
+    params: dict[str, Any],
+    taints: list[dict[str, Any]],
+    evidence: dict[str, Any],
+    max_age: float,
+    check_mode: bool,
+    out: dict[str, Any],
+) -> dict[str, Any]:
+    """:func:`run_node_taint` on the evidence of a storage-only fence (module docs): the
+    out-of-service taint is not added (the other taints are); after the same guard (node NotReady,
+    valid evidence), with ``force_delete_pods`` only the pods on ``fenced_storage`` are
+    force-deleted. ``released: fenced_storage``, ``deleted_pods`` and ``kept_pods`` in the result.
+    Raises KubeError ``invalid`` when ``fenced_storage`` names no storage."""
+    fenced_storage = [
+        {k: v for k, v in m.items() if v not in (None, "", False)} for m in params.get("fenced_storage") or []
+    ]
+    fenced_storage = [m for m in fenced_storage if m]
+    if not fenced_storage:
+        raise KubeError(
+            "fenced_storage: a storage-only fence (fence_evidence.method "
+            f"{evidence.get('method')!r}) never licenses the out-of-service taint, because the node "
+            "may still run pods that use no fenced storage (that needs a power fence); it releases "
+            "the pods whose volumes are behind the fenced ports, so name that storage",
+            "invalid",
+        )
+    check_node_not_ready(nt.get_node())
+    out["fence"] = validate_fence_evidence(evidence, max_age, nt.wall())
+    others = [t for t in taints if not is_out_of_service(t)]
+    if others:
+        res = nt.apply(others, "present", lambda node, added: None)
+    else:
+        current = list((nt.get_node().get("spec") or {}).get("taints") or [])
+        res = {"changed": False, "taints": current, "added": [], "removed": [], "before": current}
+    out.update(
+        changed=res["changed"],
+        taints=res["taints"],
+        added=res["added"],
+        removed=res["removed"],
+        released="fenced_storage",
+        diff={"before": {"taints": res["before"]}, "after": {"taints": res["taints"]}},
+    )
+    if params.get("force_delete_pods") and not check_mode:
+        deleted, kept = nt.release_fenced_storage(fenced_storage)
+        out.update(deleted_pods=deleted, kept_pods=kept, changed=out["changed"] or bool(deleted))
     return out

@@ -16,6 +16,12 @@ description:
     (condition C(Ready) is C(False) or C(Unknown)) and O(fence_evidence) proves a verified fence no
     older than O(fence_max_age). The control plane then deletes the node's pods and detaches their
     volumes without waiting for the kubelet, so a node that is still running must never get it."
+  - "A storage-only fence (O(fence_evidence) of method V(fc): the node's FC switch ports read back
+    disabled) never adds the out-of-service taint: a partitioned node may still run the pods that use
+    no fenced storage, and the taint would start their copies elsewhere. Only a power fence (or an
+    admin's confirmation) licenses it. With such evidence the module adds the other O(taints), and
+    with O(force_delete_pods) force-deletes only the node's pods with a volume on O(fenced_storage)
+    (result RV(kept_pods) lists the others). Without O(fenced_storage) it refuses."
   - With O(wait), after adding the out-of-service taint the module waits until the node's pods are gone
     and its VolumeAttachments released, and returns what it waited for.
   - Removing the out-of-service taint (recovery, after the node is back) is not guarded.
@@ -75,8 +81,9 @@ options:
       - Proof of a verified fence, required to add the out-of-service taint. Pass the C(fence) result of a
         C(noderemedy.core) fencing module, a dictionary with C(verified), C(method), C(target), C(state)
         and C(verified_at).
-      - It must have C(verified=true), C(method) V(ipmi) or V(pdu) with C(state=off), or V(fc) with
-        C(state=disabled), a C(target), and C(verified_at) (epoch seconds) at most O(fence_max_age) ago.
+      - It must have C(verified=true), C(method) V(ipmi), V(redfish), V(aws), V(vmware) or V(pdu) with
+        C(state=off), V(kdump) with C(state=kdump), or V(fc) with C(state=disabled) (a storage-only fence,
+        see O(fenced_storage)), a C(target), and C(verified_at) (epoch seconds) at most O(fence_max_age) ago.
       - C(method=admin) with C(state=confirmed-down) is an admin's confirmation that the machine is down,
         checked by hand (Pacemaker's C(stonith_admin --confirm)); noderemedy-runner passes it only for a
         NodeFence an admin annotated, and records the act in an Event.
@@ -96,6 +103,30 @@ options:
         was already present. Each delete is preconditioned on the pod's uid.
     type: bool
     default: false
+  fenced_storage:
+    description:
+      - The storage the node reaches only through the fenced FC ports, for a storage-only fence
+        (O(fence_evidence) of method V(fc)). A pod whose volume matches one entry (any of its keys)
+        is on fenced storage. A claim's volume is matched through its bound PersistentVolume.
+    type: list
+    elements: dict
+    suboptions:
+      csi_driver:
+        description:
+          - A CSI driver's name (C(spec.csi.driver) of the PersistentVolume, or of an inline CSI volume).
+        type: str
+      storage_class:
+        description:
+          - A StorageClass name (C(spec.storageClassName) of the PersistentVolume).
+        type: str
+      host_path:
+        description:
+          - "A host directory (a SAN file system mounted on the node): C(hostPath) volumes at or below it."
+        type: path
+      fc:
+        description:
+          - The in-tree Fibre Channel volume source (C(spec.fc) of the PersistentVolume).
+        type: bool
   wait:
     description:
       - After adding the out-of-service taint, wait until the node's pods (those not tolerating the
@@ -179,11 +210,24 @@ fence:
   type: dict
   sample: {verified: true, method: ipmi, target: "127.0.0.1:24100", state: "off", verified_at: 1795000000, age: 4.2}
 deleted_pods:
-  description: The pods (C(namespace/name)) force-deleted with O(force_delete_pods).
+  description: The pods (C(namespace/name)) force-deleted with O(force_delete_pods); with a storage-only
+    fence, those on O(fenced_storage).
   returned: when O(force_delete_pods) and the out-of-service taint is wanted, not in check mode
   type: list
   elements: str
   sample: [demo/web-0]
+kept_pods:
+  description: With the evidence of a storage-only fence, the node's pods (C(namespace/name)) left
+    running because none of their volumes is on O(fenced_storage).
+  returned: when O(force_delete_pods) with storage-only fence evidence, not in check mode
+  type: list
+  elements: str
+  sample: [demo/cache-0]
+released:
+  description: V(fenced_storage) when the evidence was a storage-only fence (no out-of-service taint added).
+  returned: with storage-only fence evidence
+  type: str
+  sample: fenced_storage
 waited:
   description: What the task waited for with O(wait) - C(pods) (C(namespace/name)) and C(volume_attachments)
     that were bound to the node and are now gone, and C(seconds).

@@ -146,10 +146,15 @@ def evidence_from_events(events: Sequence[Mapping[str, Any]]) -> StepEvidence | 
 class Release:
     """What the release task of a fence step run (``release_workloads``, playbooks/fence_step.yml)
     did: ``added`` -- it added the out-of-service taint with this run's verified fence as evidence;
-    ``message`` -- node_taint's refusal (``reason: message``; never secret) when it did not."""
+    ``message`` -- node_taint's refusal (``reason: message``; never secret) when it did not;
+    ``fenced_storage`` -- the run's fence was storage-only, so instead of the taint it released
+    the pods ``deleted_pods`` on the fenced storage and left ``kept_pods`` (``namespace/name``)."""
 
     added: bool
     message: str = ""
+    fenced_storage: bool = False
+    deleted_pods: tuple[str, ...] = ()
+    kept_pods: tuple[str, ...] = ()
 
 
 def release_from_events(events: Sequence[Mapping[str, Any]]) -> Release | None:
@@ -167,7 +172,12 @@ def release_from_events(events: Sequence[Mapping[str, Any]]) -> Release | None:
         if res.get("skipped"):
             continue
         if ev.get("event") == "runner_on_ok" and not res.get("reason") and "taints" in res:
-            out = Release(added=bool(res.get("added")))
+            out = Release(
+                added=bool(res.get("added")) and res.get("released") != "fenced_storage",
+                fenced_storage=res.get("released") == "fenced_storage",
+                deleted_pods=tuple(str(p) for p in res.get("deleted_pods") or ()),
+                kept_pods=tuple(str(p) for p in res.get("kept_pods") or ()),
+            )
         else:
             reason = str(res.get("reason") or "failed")
             out = Release(False, f"{reason}: {str(res.get('msg', ''))[:MAX_TASK_MESSAGE]}")

@@ -114,7 +114,11 @@ def outcome_from_dict(doc: Mapping[str, Any], recovered: bool = False) -> RunOut
             modules=tuple(ModuleResult(**m) for m in doc.get("modules") or ()),
             seconds=float(doc.get("seconds", 0.0)),
             recovered=recovered,
-            release=Release(**release) if isinstance(release, Mapping) else None,
+            release=Release(
+                **{**release, **{k: tuple(release.get(k) or ()) for k in ("deleted_pods", "kept_pods")}}
+            )
+            if isinstance(release, Mapping)
+            else None,
             evidence=StepEvidence(**evidence) if isinstance(evidence, Mapping) else None,
         )
     except (KeyError, TypeError, ValueError) as exc:

@@ -235,3 +235,92 @@ def test_force_delete_pods_releases_at_once_what_the_taint_releases_and_only_on_
     assert res["deleted_pods"] == [f"{ns}/db-0"], res
     assert after.get("db-0") != before["db-0"], "the old db-0 is still there"
     assert after.get("tolerant") == before["tolerant"], "the pod tolerating the taint was deleted"
+
+
+def fc_task(lab, node: str, state: str) -> dict:
+    """A task switching ``node``'s port on the lab's FC switch (snmpd, IF-MIB) with
+    noderemedy.core.fc_port, verified by read-back, named ``fc``."""
+    fc = lab.info["devices"]["snmp"]["fc"]
+    return {
+        "name": "fc",
+        "noderemedy.core.fc_port": {
+            "ipaddr": fc["host"],
+            "ipport": fc["port"],
+            "community": fc["community"],
+            "plug": [lab.info["devices"]["fc_ports"][node]],
+            "state": state,
+        },
+        "ignore_errors": True,
+    }
+
+
+def test_a_storage_only_fence_releases_the_pods_on_fenced_storage_and_never_taints(
+    lab_kube, namespace, dead_node, run_playbook, tmp_path
+):
+    """FC port of lab-node-1 disabled and read back (storage-only evidence), the node NotReady:
+    node_taint refuses without ``fenced_storage``; with it, it force-deletes exactly the pod whose
+    volume is on that storage (a hostPath under the SAN mount), leaves the pod without one running,
+    and never adds the out-of-service taint (the node may still run that pod)."""
+    ns, kc = namespace, lab_kube.kubeconfig
+
+    def bare(name: str, volumes: list[dict]) -> dict:
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {
+                "nodeName": DEAD,
+                "containers": [{"name": name, "image": f"registry.invalid/{name}:1"}],
+                "volumes": volumes,
+            },
+        }
+
+    apply(lab_kube, tmp_path, bare("db", [{"name": "san", "hostPath": {"path": "/mnt/san/db"}}]))
+    apply(lab_kube, tmp_path, bare("cache", [{"name": "tmp", "emptyDir": {}}]))
+
+    def on_dead() -> dict[str, str]:
+        items = kjson(lab_kube, "get", "pods", "-n", ns, "--field-selector", f"spec.nodeName={DEAD}")["items"]
+        return {p["metadata"]["name"]: p["metadata"]["uid"] for p in items}
+
+    before = wait_for(lambda: (p := on_dead()) and {"db", "cache"} <= set(p) and p, 60, "both pods bound")
+    try:
+        fenced = run_playbook([fc_task(lab_kube, DEAD, "disabled")]).task("fc")
+        assert not fenced.get("failed") and fenced["fence"]["verified"] is True, fenced
+        lab_kube.power_off(
+            DEAD
+        )  # only its heartbeats stop, as for a partitioned node: the evidence is the FC port's
+        lab_kube.mark_unreachable(DEAD)
+        lab_kube.wait_nodes([DEAD], {"False", "Unknown"}, 120)
+
+        refused = run_playbook(
+            [
+                taint_task(
+                    "oos", DEAD, kc, taints=[OOS], force_delete_pods=True, fence_evidence=fenced["fence"]
+                )
+            ]
+        ).task("oos")
+        assert refused["failed"] and refused["reason"] == "invalid", refused
+        assert refused["msg"].startswith("fenced_storage: a storage-only fence"), refused["msg"]
+        assert on_dead() == before, "a pod was deleted without knowing which storage the fence cut off"
+
+        res = run_playbook(
+            [
+                taint_task(
+                    "oos",
+                    DEAD,
+                    kc,
+                    taints=[OOS],
+                    force_delete_pods=True,
+                    fence_evidence=fenced["fence"],
+                    fenced_storage=[{"host_path": "/mnt/san"}],
+                )
+            ]
+        ).task("oos")
+        after = on_dead()
+        assert not res.get("failed"), res
+        assert res["released"] == "fenced_storage" and res["added"] == [], res
+        assert res["deleted_pods"] == [f"{ns}/db"] and res["kept_pods"] == [f"{ns}/cache"], res
+        assert set(after) == {"cache"} and after["cache"] == before["cache"], after
+        assert not [t for t in taints(lab_kube, DEAD) if t["key"] == OOS["key"]], "tainted on a storage fence"
+    finally:
+        run_playbook([fc_task(lab_kube, DEAD, "enabled")])

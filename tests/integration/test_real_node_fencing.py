@@ -16,6 +16,7 @@ the old writer precedes the new writer's first line.
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -23,13 +24,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kube_helpers import apply, wait_for
+from kube_helpers import apply, statefulset, wait_for
 from kubernetes import client
 from test_runner_e2e import (  # noqa: F401 - fixtures shared with the host runner's end-to-end tests
     OOS,
     FenceNamespace,
     Runner,
     conds,
+    events_of,
     fence_config,
     fence_ns,
     get_nf,
@@ -38,6 +40,8 @@ from test_runner_e2e import (  # noqa: F401 - fixtures shared with the host runn
     taint_present,
 )
 
+from noderemedy_lab.images import BUSYBOX_IMAGE
+from noderemedy_lab.realnode import REAL_TAINT, SHARED_MOUNT
 from noderemedy_lab.workload import failover_figures, prefer_node, uptime, writer_statefulset, writes
 
 pytestmark = [pytest.mark.lab, pytest.mark.kube]
@@ -268,3 +272,117 @@ def test_with_every_fence_method_failing_the_old_writer_keeps_writing_and_no_sec
         assert Path(bmc["power_file"]).read_text().strip() == "1", "the node was powered off"
     finally:
         fence_ns.standard(node)
+
+
+def running_containers(lab: Any, node: str, pod: str) -> list[str]:
+    """Ids of the containers (not the sandbox) of pod ``pod`` that ``node``'s containerd runs, as
+    its own ``ctr`` sees them: the node's truth, which a partitioned node cannot report to the API."""
+    sock = lab.info["real_nodes"][node]["containerd_socket"]
+    ctr = ["ctr", "-a", sock, "-n", "k8s.io"]
+    ids = subprocess.run(
+        [*ctr, "containers", "ls", "-q", f'labels."io.kubernetes.pod.name"=={pod},labels."io.cri-containerd.kind"==container'],
+        capture_output=True, text=True, timeout=30, check=True,
+    ).stdout.split()  # fmt: skip
+    tasks = subprocess.run(
+        [*ctr, "tasks", "ls"], capture_output=True, text=True, timeout=30, check=True
+    ).stdout
+    status = {row.split()[0]: row.split()[-1] for row in tasks.splitlines()[1:] if row.split()}
+    return [i for i in ids if status.get(i) == "RUNNING"]
+
+
+def test_a_storage_only_fence_releases_the_pods_on_it_and_leaves_the_others_running(
+    lab_real: Any,
+    api: client.ApiClient,
+    fence_ns: FenceNamespace,  # noqa: F811
+    runner: Callable[..., Runner],  # noqa: F811
+    app: tuple[str, Path],
+    partitioned: str,
+    tmp_path: Path,
+) -> None:
+    """lab-real-0 partitioned, fenced by its FC port only (``fenced_storage`` names the shared
+    storage): web-0, on that storage, is released and runs on lab-real-1 with no overlapping write;
+    ``idle-0``, which uses no fenced storage, keeps running on the partitioned node (its container
+    still runs there, as the node's containerd shows) and is never started a second time; no
+    out-of-service taint. Once the partition heals, recovery unfences the storage only after the
+    node's kubelet has stopped the released web-0, and the NodeFence ends Final."""
+    ns, shared = app
+    node, other = partitioned, REAL[1]
+    port = lab_real.info["devices"]["fc_ports"][node]
+    cfg = fence_config(node, port, "fc-off", "", "fc-on")
+    cfg["data"]["config.properties"] += f"fenced_storage=hostpath:{SHARED_MOUNT}\n"
+    fence_ns.put("config_map", cfg)
+    apply(lab_real, tmp_path, web(ns, node))
+    idle_pod = {
+        "affinity": prefer_node(node, REAL),
+        "tolerations": [{**REAL_TAINT, "operator": "Equal"}],
+        "terminationGracePeriodSeconds": 1,
+        "containers": [
+            {"name": "idle", "image": BUSYBOX_IMAGE, "imagePullPolicy": "Never", "command": ["sleep", "3600"]}
+        ],
+    }
+    apply(lab_real, tmp_path, statefulset(ns, "idle", idle_pod, updateStrategy={"type": "OnDelete"}))
+
+    def pods(app_name: str) -> list[dict]:
+        out = lab_real.kubectl("get", "pods", "-n", ns, "-l", f"app={app_name}", "-o", "json")
+        return json.loads(out.stdout)["items"] if out.returncode == 0 else []
+
+    def running_on(app_name: str, where: str) -> dict | None:
+        got = [
+            p
+            for p in pods(app_name)
+            if p["spec"].get("nodeName") == where and p["status"].get("phase") == "Running"
+        ]
+        return got[0] if got else None
+
+    first = wait_for(lambda: running_on("web", node), 120, "web-0 on the node")
+    idle = wait_for(lambda: running_on("idle", node), 120, "idle-0 on the node")
+    old = first["metadata"]["uid"]
+    wait_for(lambda: len(writes(shared).get(old, [])) >= 5, 30, "the first writer's lines")
+    patch = [{"op": "replace", "path": "/spec/template/spec/affinity", "value": prefer_node(other, REAL)}]
+    for sts in ("web", "idle"):  # either replacement, were there one, would go to the other node
+        out = lab_real.kubectl("-n", ns, "patch", "statefulset", sts, "--type=json", "-p", json.dumps(patch))
+        assert out.returncode == 0, out.stderr
+    lab_real.partition(node)
+    t_fail = uptime()
+    lab_real.wait_nodes([node], {"False", "Unknown"}, 120)
+    co = client.CustomObjectsApi(api)
+    name = f"nf-st-{uuid.uuid4().hex[:6]}"
+    runner()
+    nodefence(co, name, node)
+    moved = wait_for(lambda: running_on("web", other), 240, "web-0 running on the other node")
+    t_moved = uptime()
+    # the NodeFence has nothing more to do than wait for the node: no power step
+    wait_for(lambda: (get_nf(co, name).get("status") or {}).get("status") == "Done", 60, "NodeFence Done")
+    # over several of the runner's looks: idle-0 is the same pod, still bound to the node, its
+    # container still running there, never a second one; no taint
+    for _ in range(10):
+        idles = pods("idle")
+        assert [p["metadata"]["uid"] for p in idles] == [idle["metadata"]["uid"]], idles
+        assert idles[0]["spec"]["nodeName"] == node and not idles[0]["metadata"].get("deletionTimestamp")
+        assert running_containers(lab_real, node, "idle-0"), (
+            "idle-0's container stopped on the partitioned node"
+        )
+        assert not taint_present(lab_real, node), "out-of-service taint on a storage-only fence"
+        time.sleep(1)
+    obj = get_nf(co, name)
+    assert conds(obj)["WorkloadsReleased"]["reason"] == "FencedStorageReleased", conds(obj)
+    said = [e.message for e in events_of(api, obj) if e.reason == "FencedStoragePodsReleased"]
+    # (the web-0 of an earlier test whose namespace is still going may be released with it)
+    assert len(said) == 1 and f"{ns}/web-0" in said[0] and f"{ns}/idle-0" not in said[0], said
+    assert "no out-of-service taint" in said[0], said
+    # the partition heals: the kubelet stops web-0 (deleted from the API), then recovery unfences
+    lab_real.heal(node)
+    final = wait_for(
+        lambda: (o := get_nf(co, name)) and (o.get("status") or {}).get("status") in ("Final", "Error") and o,
+        300,
+        "the NodeFence recovered",
+    )
+    assert final["status"]["status"] == "Final", final["status"]
+    assert not running_containers(lab_real, node, "web-0"), "the released web-0 still runs on the node"
+    new = moved["metadata"]["uid"]
+    wait_for(lambda: len(writes(shared).get(new, [])) >= 3, 30, "the new writer's lines")
+    w = writes(shared)
+    fig = failover_figures(w, old, new, t_fail, node, t_moved)
+    print(f"\nFIGURE storage-only fence of a partitioned node: {fig}")
+    assert fig["overlapping_writes"] == 0, fig
+    assert [p["metadata"]["uid"] for p in pods("idle")] == [idle["metadata"]["uid"]], "idle-0 was replaced"

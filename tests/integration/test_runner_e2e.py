@@ -377,18 +377,20 @@ def test_nodefence_fences_releases_and_recovers_a_dead_node(
         assert lab_kube.node_ready([DEAD])[DEAD] == "True"
         reasons = [e.reason for e in events_of(api, obj)]
         assert reasons.count("FenceAgentSucceeded") == 4 and "OutOfServiceTaintAdded" in reasons
-        # released by the Isolation run itself, on the FC fence that run read back
+        # released by the power-off run itself, on the power fence that run read back: the FC
+        # fence of the Isolation run is storage-only, which never licenses the taint
         added = [e.message for e in events_of(api, obj) if e.reason == "OutOfServiceTaintAdded"]
         assert added == [
-            f"[remediation] out-of-service taint added to node {DEAD} (storage_isolated verified in run {name}-r0-isolation-a0)"
+            f"[remediation] out-of-service taint added to node {DEAD} (power_off verified in run {name}-r0-power-management-a0)"
         ], added
+        assert "OutOfServiceTaintRefused" not in reasons
         assert "OutOfServiceTaintRemoved" in reasons and "RemediationFinished" in reasons
         # the Node shows the release and the recovery too (kubectl describe node)
         node_obj = client.CoreV1Api(api).read_node(DEAD).to_dict()
         on_node = [(e.reason, e.message) for e in events_of(api, node_obj) if "OutOfServiceTaint" in e.reason]
         assert (
             "OutOfServiceTaintAdded",
-            f"[remediation] out-of-service taint added to node {DEAD} (storage_isolated verified in run {name}-r0-isolation-a0)",
+            f"[remediation] out-of-service taint added to node {DEAD} (power_off verified in run {name}-r0-power-management-a0)",
         ) in on_node and "OutOfServiceTaintRemoved" in [r for r, _ in on_node], on_node
         assert all(e.message.startswith("[remediation] ") for e in events_of(api, obj))
         # every line the reconciler and the executor wrote about it names the NodeFence and its node

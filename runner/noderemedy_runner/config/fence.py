@@ -11,6 +11,9 @@ Format (node remedy seed, "Bare-metal configmaps"; DESIGN.md "NodeFence")::
         recovery=fc-on
         # fencing levels (Pacemaker's topology): ``|`` separates ordered alternatives
         # power_management=ipmi-off ipmi-on | pdu-a-off pdu-b-off pdu-a-on pdu-b-on
+        # optional: the storage behind the node's fc ports, whose pods a storage-only fence
+        # releases (csi:<driver> storageclass:<name> hostpath:<dir> fc; FENCED_STORAGE_KINDS)
+        # fenced_storage=csi:san.example.com hostpath:/mnt/san
       fence-method-fc-off: |
         template=fence-method-template-fc-switch
         plug=2
@@ -310,6 +313,8 @@ class FenceConfig:
     (all its methods when the step has one level). ``fallback_levels`` maps a step
     (``Isolation``/``PowerManagement``) to its further levels, in order: Pacemaker's fencing
     topology, where level *n+1* is tried only when level *n* failed (docs/fence-config.md).
+    ``fenced_storage``: the volume matchers of ``fenced_storage=`` (:func:`parse_fenced_storage`),
+    the storage a storage-only fence of this node cuts off; () releases nothing on such a fence.
     """
 
     configmap: str
@@ -318,6 +323,7 @@ class FenceConfig:
     power_management: Level
     recovery: Level
     fallback_levels: Mapping[Step, tuple[Level, ...]] = field(default_factory=dict)
+    fenced_storage: tuple[Mapping[str, str], ...] = ()
 
     def methods(self, step: Step, level: int = 1) -> Level:
         """The ordered methods of ``level`` (1-based, Pacemaker's numbering) of ``step``; ``()``
@@ -657,11 +663,49 @@ def parse_template(configmap: str, data: Any) -> FenceTemplate:
     return FenceTemplate(configmap, dtype, model, address, secret, host, port, options)  # type: ignore[arg-type]
 
 
+#: ``fenced_storage=`` entry kinds -> the key of the volume matcher they give (``node_taint``'s
+#: ``fenced_storage`` option): a CSI driver, a StorageClass, a hostPath directory (and what is
+#: under it), and ``fc`` for the in-tree Fibre Channel volume source (``spec.fc``).
+FENCED_STORAGE_KINDS = {"csi": "csi_driver", "storageclass": "storage_class", "hostpath": "host_path"}
+_FENCED_STORAGE_NAME_RE = re.compile(r"^[A-Za-z0-9/][A-Za-z0-9._/-]{0,252}$")
+
+
+def parse_fenced_storage(value: str, configmap: str) -> tuple[Mapping[str, str], ...]:
+    """``fenced_storage=`` (space or comma separated ``csi:<driver>``, ``storageclass:<name>``,
+    ``hostpath:<absolute dir>``, ``fc``) → the volume matchers (``{"csi_driver": ...}``,
+    ``{"storage_class": ...}``, ``{"host_path": ...}``, ``{"fc": "true"}``), in order. They
+    describe the storage the node reaches only through its fc ports, so a storage-only fence may
+    release the pods using it (docs/concepts.md "What a fence releases"). Raises
+    :class:`FenceConfigError` naming the entry."""
+    out: list[Mapping[str, str]] = []
+    for entry in (e for e in re.split(r"[\s,]+", value) if e):
+        kind, sep, name = entry.partition(":")
+        if entry == "fc":
+            out.append({"fc": "true"})
+            continue
+        if not sep or kind not in FENCED_STORAGE_KINDS or not _FENCED_STORAGE_NAME_RE.match(name):
+            raise FenceConfigError(
+                configmap,
+                CONFIG_KEY,
+                f"fenced_storage=: entry {entry!r} is not csi:<driver>, storageclass:<name>, "
+                "hostpath:<absolute dir> or fc",
+            )
+        if kind == "hostpath" and (not name.startswith("/") or name == "/"):
+            raise FenceConfigError(
+                configmap,
+                CONFIG_KEY,
+                f"fenced_storage=: {entry!r}: a hostpath is an absolute directory, not /",
+            )
+        out.append({FENCED_STORAGE_KINDS[kind]: name})
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class _RawConfig:
     node: str
     steps: dict[str, tuple[tuple[str, ...], ...]]
     methods: dict[str, dict[str, str]]
+    fenced_storage: tuple[Mapping[str, str], ...] = ()
 
 
 def _parse_raw(configmap: str, data: Any, node: str | None) -> _RawConfig:
@@ -683,7 +727,7 @@ def _parse_raw(configmap: str, data: Any, node: str | None) -> _RawConfig:
             )
     props = parse_properties(data[CONFIG_KEY], configmap, CONFIG_KEY)
     _reject_credentials(props, configmap, CONFIG_KEY)
-    _reject_unknown(props, ("node_name", *STEP_KEYS), configmap, CONFIG_KEY)
+    _reject_unknown(props, ("node_name", *STEP_KEYS, "fenced_storage"), configmap, CONFIG_KEY)
     if "node_name" not in props:
         raise FenceConfigError(configmap, CONFIG_KEY, "missing node_name=")
     if props["node_name"] != name_node:
@@ -720,7 +764,9 @@ def _parse_raw(configmap: str, data: Any, node: str | None) -> _RawConfig:
         if not mprops.get("action"):
             raise FenceConfigError(configmap, key, "missing action=")
         methods[name] = mprops
-    return _RawConfig(name_node, steps, methods)
+    return _RawConfig(
+        name_node, steps, methods, parse_fenced_storage(props.get("fenced_storage", ""), configmap)
+    )
 
 
 def required_templates(configmap: str, data: Any, node: str | None = None) -> frozenset[str]:
@@ -806,5 +852,11 @@ def parse_fence_config(
     fallback = {STEP_KEYS[prop]: levels[1:] for prop, levels in steps.items() if len(levels) > 1}
     first = {prop: levels[0] if levels else () for prop, levels in steps.items()}
     return FenceConfig(
-        configmap, raw.node, first["isolation"], first["power_management"], first["recovery"], fallback
+        configmap,
+        raw.node,
+        first["isolation"],
+        first["power_management"],
+        first["recovery"],
+        fallback,
+        raw.fenced_storage,
     )

@@ -136,6 +136,14 @@ class KubeIO:
         resp = self.storage.list_volume_attachment(_preload_content=False)
         return [dict(v) for v in read_json(resp).get("items") or []]
 
+    def kubelet_running_pods(self, node: str) -> list[dict[str, Any]]:
+        """The pods whose containers ``node``'s kubelet runs now, as the container runtime reports
+        them (the kubelet's ``/runningpods/``, through the API server's node proxy; RBAC
+        ``nodes/proxy`` get): ``metadata`` with ``name``, ``namespace`` and ``uid``. Unlike the API,
+        it still lists a pod the API force-deleted while its containers run."""
+        resp = self.core.connect_get_node_proxy_with_path(node, "runningpods/", _preload_content=False)
+        return [dict(p) for p in read_json(resp).get("items") or []]
+
     # --- writes ----------------------------------------------------------------------------
     def replace_status(self, crd: CRD, obj: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str, Any]:
         """PUT ``status`` as the whole ``.status`` of ``obj`` with its resourceVersion; returns the

@@ -59,7 +59,7 @@ from noderemedy_runner.loops.memory import (
     out_of_service_tainted,
     taint_event,
 )
-from noderemedy_runner.loops.release import ReleaseLedger, observe_left
+from noderemedy_runner.loops.release import ReleaseLedger, observe_left, observe_stale
 from noderemedy_runner.machines.actions import (
     Action,
     FenceReading,
@@ -69,10 +69,12 @@ from noderemedy_runner.machines.guards import Hold
 from noderemedy_runner.machines.nodefence import (
     CONFIRM_DOWN_ANNOTATION,
     CONFIRM_MISSING_NODE_ANNOTATION,
+    FENCED_STORAGE_RELEASED,
     HOLD_REASONS,
     RELEASE_RATE_LIMITED,
     STOP_ANNOTATION,
     WAITING_FOR_DETACH,
+    WAITING_FOR_KUBELET,
     WORKLOADS_RELEASED,
     NodeFenceObservations,
     NodeFencePolicy,
@@ -214,6 +216,18 @@ class NodeFenceReconciler(Reconciler):
                 and (ready or status.step == "Recovery")  # when the machine asks for it
                 else None
             )
+            # safe return after a storage-only release: what the kubelet still runs of it
+            released = find_condition(status.conditions, WORKLOADS_RELEASED)
+            stale = (
+                observe_stale(self.kube, node)
+                if not taint
+                and ready
+                and status.status == "Done"
+                and status.current_run is None
+                and released is not None
+                and released.reason == FENCED_STORAGE_RELEASED
+                else None
+            )
             obs = NodeFenceObservations(
                 node=node,
                 now=now,
@@ -228,6 +242,7 @@ class NodeFenceReconciler(Reconciler):
                 stop_requested=_annotated(meta, STOP_ANNOTATION),
                 down_confirmed=_annotated(meta, CONFIRM_DOWN_ANNOTATION),
                 left_on_node=left,
+                stale_on_node=stale,
             )
             action = decide(name, status, obs, config, self.policy, self.namespace)
             if not self.dry_run and (
@@ -297,8 +312,8 @@ class NodeFenceReconciler(Reconciler):
             self.kube.event(obj, type_, action.reason, f"{moved}, step {new.step}{run}{detail}")
         old_proc = find_condition(old.conditions, "Processing")
         if action.reason == RELEASE_RATE_LIMITED or (
-            action.reason == WAITING_FOR_DETACH
-            and (old_proc is None or old_proc.reason != WAITING_FOR_DETACH)
+            action.reason in (WAITING_FOR_DETACH, WAITING_FOR_KUBELET)
+            and (old_proc is None or old_proc.reason != action.reason)
         ):  # a release that waits, or a return that waits for the release to finish: said once
             cond = find_condition(
                 new.conditions, WORKLOADS_RELEASED if action.reason == RELEASE_RATE_LIMITED else "Processing"
@@ -368,12 +383,14 @@ class NodeFenceReconciler(Reconciler):
                 held.evidence = None
             self._run_event(obj, action, outcome, "FenceVerify")
             return True
+        storage = outcome.release if outcome.release is not None and outcome.release.fenced_storage else None
         held.result = StepResult(
             ident=ident,
             ok=outcome.succeeded,
             timed_out=outcome.timed_out,
             message=outcome.summary(),
             fence=reading,
+            released_storage=storage.deleted_pods if storage is not None else None,
         )
         self._run_event(obj, action, outcome, str(action.step))
         release = outcome.release
@@ -386,6 +403,18 @@ class NodeFenceReconciler(Reconciler):
                 "Normal",
                 "OutOfServiceTaintAdded",
                 f"out-of-service taint added to node {node} ({kind} verified in run {ident})",
+            )
+        elif release is not None and release.fenced_storage:
+            shown = ", ".join(release.deleted_pods[:5]) + (" ..." if len(release.deleted_pods) > 5 else "")
+            taint_event(
+                self.kube,
+                obj,
+                node,
+                "Normal",
+                "FencedStoragePodsReleased",
+                f"node {node}: storage-only fence verified in run {ident}: {len(release.deleted_pods)} pod(s) "
+                f"on the fenced storage force-deleted ({shown or 'none'}); {len(release.kept_pods)} other "
+                "pod(s) left running, and no out-of-service taint: that needs a power fence",
             )
         elif release is not None and release.message:
             taint_event(

@@ -18,6 +18,7 @@ from noderemedy_runner.machines.release import (
     admit,
     attachments_on,
     old_pods,
+    stale_pods,
 )
 
 
@@ -28,6 +29,14 @@ def observe_left(kube: KubeIO, node: str, since: float | None) -> LeftOnNode:
     return LeftOnNode(
         old_pods(kube.pods_on_node(node), node, since), attachments_on(kube.volume_attachments(), node)
     )
+
+
+def observe_stale(kube: KubeIO, node: str) -> tuple[str, ...]:
+    """``namespace/name`` of the pods ``node``'s kubelet still runs although the API no longer has
+    them (the pods a storage-only fence force-deleted, until the kubelet of a node that comes back
+    stops them; :func:`~noderemedy_runner.machines.release.stale_pods`). Two reads; API errors
+    propagate (:class:`~noderemedy_runner.kube.errors.KubeError`)."""
+    return stale_pods(kube.kubelet_running_pods(node), kube.pods_on_node(node))
 
 
 class ReleaseLedger:
@@ -78,4 +87,4 @@ class ReleaseLedger:
         )
 
 
-__all__ = ["ReleaseLedger", "observe_left"]
+__all__ = ["ReleaseLedger", "observe_left", "observe_stale"]

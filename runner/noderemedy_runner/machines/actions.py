@@ -65,6 +65,11 @@ FENCE_FRESH_SECONDS = 60
 
 FenceKind = Literal["power_off", "storage_isolated", "network_isolated", "admin_confirmed"]
 FENCE_KINDS: tuple[FenceKind, ...] = ("power_off", "storage_isolated", "network_isolated", "admin_confirmed")
+#: The fence kinds that license the out-of-service taint: only a node that runs nothing any more
+#: (its power read back off, or an admin confirmed it down) may have all its pods released. An
+#: isolation of its storage or network leaves a partitioned node running its other pods; a storage
+#: fence releases only the pods on the fenced storage (``node_taint``'s ``fenced_storage``).
+TAINT_KINDS: tuple[FenceKind, ...] = ("power_off", "admin_confirmed")
 
 #: Playbooks under ``playbooks/`` the executor maps actions to.
 PLAYBOOKS: dict[str, str] = {
@@ -123,6 +128,11 @@ class FenceReading:
         """Whether this reading is a verified fence of ``node``."""
         return self.fenced and self.node == node
 
+    def licenses_taint(self, node: str) -> bool:
+        """Whether this reading licenses the out-of-service taint of ``node``: a verified fence of
+        one of the :data:`TAINT_KINDS`."""
+        return self.verifies(node) and self.kind in TAINT_KINDS
+
 
 def _check_references_only(extravars: Mapping[str, Any], path: str = "extravars") -> None:
     for key, value in extravars.items():
@@ -165,10 +175,10 @@ class Action:
         _check_references_only(self.extravars)
         if self.kind == "taint_out_of_service":
             node = self.extravars.get("node")
-            if self.fence is None or not isinstance(node, str) or not self.fence.verifies(node):
+            if self.fence is None or not isinstance(node, str) or not self.fence.licenses_taint(node):
                 raise ActionError(
-                    f"out-of-service taint for node {node!r} without a verified fence of that node "
-                    f"(got {self.fence!r}): safety invariant 1"
+                    f"out-of-service taint for node {node!r} without a verified power fence of that node "
+                    f"(got {self.fence!r}; kinds {TAINT_KINDS}): safety invariant 1"
                 )
         if self.kind == "write_status" and self.status is None:
             raise ActionError("write_status without a status")
@@ -200,7 +210,8 @@ def taint_out_of_service(node: str, fence: FenceReading) -> Action:
     """Release ``node``'s workloads with the out-of-service taint (KEP-2268).
 
     The only way to build this action; raises :class:`ActionError` unless ``fence`` is a
-    verified fence of ``node`` (safety invariant 1).
+    verified fence of ``node`` of a kind that licenses the taint (:data:`TAINT_KINDS`; safety
+    invariant 1).
     """
     return Action(
         kind="taint_out_of_service",

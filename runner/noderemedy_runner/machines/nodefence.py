@@ -101,6 +101,11 @@ WORKLOADS_RELEASED = "WorkloadsReleased"
 WAITING_FOR_DETACH = "WaitingForDetach"
 #: ``WorkloadsReleased`` reason while a release waits for the release rate limit.
 RELEASE_RATE_LIMITED = "ReleaseRateLimited"
+#: ``WorkloadsReleased`` reason after a storage-only fence released the pods on the fenced storage
+#: (no out-of-service taint), and the ``Processing`` reason while recovery (which unfences that
+#: storage) waits for the node's kubelet to stop those pods.
+FENCED_STORAGE_RELEASED = "FencedStorageReleased"
+WAITING_FOR_KUBELET = "WaitingForKubelet"
 #: Seconds between looks at a node whose release has not finished.
 RELEASE_RECHECK_SECONDS = 5.0
 
@@ -339,13 +344,16 @@ class NodeFencePolicy:
 @dataclass(frozen=True)
 class StepResult:
     """What the executor reports for run ``ident``: ``ok``; ``timed_out`` (the run hit its
-    timeout); ``message`` (no secrets); ``fence``: the read-back at the end of the run, if any."""
+    timeout); ``message`` (no secrets); ``fence``: the read-back at the end of the run, if any;
+    ``released_storage``: the run's fence was storage-only and it released these pods
+    (``namespace/name``) on the fenced storage, no taint (None: no such release)."""
 
     ident: str
     ok: bool
     timed_out: bool = False
     message: str = ""
     fence: FenceReading | None = None
+    released_storage: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -367,7 +375,10 @@ class NodeFenceObservations:
     (old pods, VolumeAttachments; :mod:`noderemedy_runner.machines.release`), looked at while the
     NodeFence is Done with no committed run, the node tainted and Ready (or Recovery done); None:
     not looked at (recovery and the removal of the taint then wait). ``release_hold``: the
-    release rate limit holds releases now."""
+    release rate limit holds releases now. ``stale_on_node``: after a storage-only release
+    (``WorkloadsReleased`` reason :data:`FENCED_STORAGE_RELEASED`), the pods the node's kubelet
+    still runs that the API no longer has (:func:`~noderemedy_runner.machines.release.stale_pods`),
+    looked at while the node is Ready; None: not looked at (recovery then waits)."""
 
     node: str
     now: float
@@ -384,6 +395,7 @@ class NodeFenceObservations:
     down_confirmed: bool = False
     left_on_node: LeftOnNode | None = None
     release_hold: RateHold | None = None
+    stale_on_node: tuple[str, ...] | None = None
 
 
 def run_ident(name: str, restarts: int, step: Step, attempt: int, segment: int = 0, level: int = 1) -> str:
@@ -457,6 +469,7 @@ def run_step_action(
             "namespace": namespace,
             "methods": _methods_extravars(_segment(config, run)),
             "release_workloads": release,
+            "fenced_storage": [dict(m) for m in config.fenced_storage],
             "fence_max_age": act.FENCE_FRESH_SECONDS,
         },
         reason=f"Run{run.step}",
@@ -577,7 +590,7 @@ def _release_unfinished(s: NodeFenceStatus, obs: NodeFenceObservations, now: flo
     """Safe return: None when recovery may start and the taint may go (no taint, or nothing left
     on the node); else say what is left in ``Processing`` (when it changed) or look again."""
     if not obs.taint_present:
-        return None
+        return _stale_unstopped(s, obs, now)
     left = obs.left_on_node
     if left is not None and left.empty:
         return None
@@ -591,6 +604,34 @@ def _release_unfinished(s: NodeFenceStatus, obs: NodeFenceObservations, now: flo
     if cond is not None and (cond.status, cond.reason, cond.message) == ("True", WAITING_FOR_DETACH, message):
         return act.wait(RELEASE_RECHECK_SECONDS, WAITING_FOR_DETACH)
     return _write(_cond(s, PROCESSING, "True", WAITING_FOR_DETACH, message, now), WAITING_FOR_DETACH)
+
+
+def _stale_unstopped(s: NodeFenceStatus, obs: NodeFenceObservations, now: float) -> Action | None:
+    """Safe return after a storage-only release: None when there was none, or when the node's
+    kubelet runs none of the pods the API no longer has; else say so (when it changed) or look
+    again. The released pods may still run on a node that was only partitioned: the storage stays
+    fenced until its kubelet has stopped them."""
+    released = find_condition(s.conditions, WORKLOADS_RELEASED)
+    if released is None or released.status != "True" or released.reason != FENCED_STORAGE_RELEASED:
+        return None
+    stale = obs.stale_on_node
+    if stale is not None and not stale:
+        return None
+    if stale is None:
+        return act.wait(RELEASE_RECHECK_SECONDS, WAITING_FOR_KUBELET)
+    shown = ", ".join(stale[:3]) + (f", +{len(stale) - 3} more" if len(stale) > 3 else "")
+    message = (
+        f"the storage fence stays and recovery waits until the kubelet of node {obs.node} has stopped "
+        f"the pods released on the fenced storage: {len(stale)} still running ({shown})"
+    )[:MAX_MESSAGE]
+    cond = find_condition(s.conditions, PROCESSING)
+    if cond is not None and (cond.status, cond.reason, cond.message) == (
+        "True",
+        WAITING_FOR_KUBELET,
+        message,
+    ):
+        return act.wait(RELEASE_RECHECK_SECONDS, WAITING_FOR_KUBELET)
+    return _write(_cond(s, PROCESSING, "True", WAITING_FOR_KUBELET, message, now), WAITING_FOR_KUBELET)
 
 
 def _rate_limited(s: NodeFenceStatus, hold: RateHold, now: float) -> Action | None:
@@ -635,6 +676,14 @@ def _apply_result(
             done += f" (level {run.level} of {levels}: {level_methods})"
         s = replace(s, jobs=(*s.jobs, run.ident))
         s = _cond(s, FENCE_AGENT_ACTION_SUCCEEDED, "True", "FenceAgentSucceeded", done, now)
+        if r.released_storage is not None and r.fence is not None and r.fence.verifies(node):
+            shown = ", ".join(r.released_storage[:3]) + (" ..." if len(r.released_storage) > 3 else "")
+            s = _cond(
+                s, WORKLOADS_RELEASED, "True", FENCED_STORAGE_RELEASED,
+                f"{len(r.released_storage)} pod(s) on the fenced storage released ({shown or 'none'}); "
+                "no out-of-service taint: that needs a power fence",
+                now,
+            )  # fmt: skip
         if r.fence is not None and r.fence.verifies(node):
             s = _cond(
                 s,
@@ -810,26 +859,37 @@ def _decide(
             and obs.node_exists
             and not obs.taint_present
             and obs.release_hold is None
-            and any(m.action == "off" for m in _segment(config, run))
+            # an off that can release: a power off, or fc ports with storage named to release
+            and any(
+                m.action == "off" and (m.template.device_type != "fc" or bool(config.fenced_storage))
+                for m in _segment(config, run)
+            )
         )
         return run_step_action(name, run, config, namespace, release)
 
     # 2. Release workloads as soon as a fence is verified (invariant 1: only with a reading), and
     #    the release rate allows; a held release is said once and the fencing goes on meanwhile.
     released = find_condition(s.conditions, WORKLOADS_RELEASED)
-    if obs.taint_present and released is not None and released.reason == RELEASE_RATE_LIMITED:
+    if (
+        obs.taint_present
+        and released is not None
+        and released.reason in (RELEASE_RATE_LIMITED, FENCED_STORAGE_RELEASED)
+    ):
         new = _cond(
             s, WORKLOADS_RELEASED, "True", "Released", f"node {node} carries the out-of-service taint", now
         )
         return _write(new, "Released")
     if s.status in ("Running", "Done") and s.step != "Recovery" and obs.node_exists and not obs.taint_present:
-        if obs.fence is not None and obs.fence.verifies(node):
+        # A storage-only fence licenses no taint (act.TAINT_KINDS): its run released the pods on
+        # the fenced storage; the rest waits for a power fence (or the node's return).
+        held = obs.fence is not None and obs.fence.verifies(node)
+        if held and obs.fence is not None and obs.fence.licenses_taint(node):
             if obs.release_hold is None:
                 return act.taint_out_of_service(node, obs.fence)
             held_write = _rate_limited(s, obs.release_hold, now)
             if held_write is not None:
                 return held_write
-        if is_true(s.conditions, FENCE_VERIFIED):
+        if not held and is_true(s.conditions, FENCE_VERIFIED):
             if obs.fence is None:
                 return verify_fence_action(name, config, s)
             new = _cond(

@@ -117,6 +117,28 @@ def attachments_on(volume_attachments: Iterable[Mapping[str, Any]], node: str) -
     return tuple(sorted(_ref(v) for v in volume_attachments if (v.get("spec") or {}).get("nodeName") == node))
 
 
+def stale_pods(
+    running: Iterable[Mapping[str, Any]], api_pods: Iterable[Mapping[str, Any]]
+) -> tuple[str, ...]:
+    """``namespace/name`` of the pods a kubelet runs (``running``: its ``/runningpods/``) that the
+    API does not have with that uid (``api_pods``: the pods bound to the node), sorted. A static
+    pod runs under the uid its mirror pod names in :data:`MIRROR_ANNOTATION`, so it is not stale.
+
+    After a storage-only fence the released pods were force-deleted from the API while their
+    containers may still run on a partitioned node: unfencing its storage before the kubelet has
+    stopped them would let them write to it again, next to their replacements."""
+    known = set()
+    for pod in api_pods:
+        meta = pod.get("metadata") or {}
+        known.add(str(meta.get("uid", "")))
+        mirror = (meta.get("annotations") or {}).get(MIRROR_ANNOTATION)
+        if mirror:
+            known.add(str(mirror))
+    return tuple(
+        sorted(_ref(p) for p in running if str((p.get("metadata") or {}).get("uid", "")) not in known)
+    )
+
+
 def _names(items: Sequence[str]) -> str:
     shown = ", ".join(items[:MAX_NAMES])
     return shown + (f", +{len(items) - MAX_NAMES} more" if len(items) > MAX_NAMES else "")
@@ -214,5 +236,6 @@ __all__ = [
     "attachments_on",
     "is_mirror",
     "old_pods",
+    "stale_pods",
     "tolerates_for_good",
 ]

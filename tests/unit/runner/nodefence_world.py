@@ -199,7 +199,7 @@ def run(
         elif action.kind == "taint_out_of_service":
             # invariant 1 in the world: the node was really fenced before its workloads go.
             assert world.ever_fenced, "released workloads of a node that was never fenced"
-            assert action.fence is not None and action.fence is obs.fence and obs.fence.verifies(NODE)
+            assert action.fence is not None and action.fence is obs.fence and obs.fence.licenses_taint(NODE)
             world.taint = True
             world.releases += 1
             world.attached = world.detach_waits

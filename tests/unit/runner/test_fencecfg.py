@@ -922,3 +922,38 @@ def test_level_errors_name_configmap_key_and_problem(
         parse_fence_config(CM, data, templates, NODE)
     assert (err.value.configmap, err.value.key) == (CM, key)
     assert problem in err.value.problem
+
+
+def test_fenced_storage_names_the_storage_behind_the_fc_ports() -> None:
+    data = seed_config()
+    data["config.properties"] += (
+        "fenced_storage=csi:san.example.com, storageclass:gold hostpath:/mnt/san fc\n"
+    )
+    cfg = parse_fence_config(CM, data, seed_templates(), node=NODE)
+    assert cfg.fenced_storage == (
+        {"csi_driver": "san.example.com"},
+        {"storage_class": "gold"},
+        {"host_path": "/mnt/san"},
+        {"fc": "true"},
+    )
+    assert (
+        parse_fence_config(CM, seed_config(), seed_templates()).fenced_storage == ()
+    )  # none: nothing released
+
+
+@pytest.mark.parametrize(
+    ("value", "names"),
+    [
+        ("nfs:server", "entry 'nfs:server' is not csi:<driver>"),
+        ("csi:", "entry 'csi:' is not"),
+        ("hostpath:relative/dir", "a hostpath is an absolute directory"),
+        ("hostpath:/", "a hostpath is an absolute directory"),
+        ("fc:x", "entry 'fc:x' is not"),
+    ],
+)
+def test_fenced_storage_errors_name_the_entry(value: str, names: str) -> None:
+    data = seed_config()
+    data["config.properties"] += f"fenced_storage={value}\n"
+    with pytest.raises(FenceConfigError) as info:
+        parse_fence_config(CM, data, seed_templates())
+    assert CM in str(info.value) and "config.properties" in str(info.value) and names in str(info.value)

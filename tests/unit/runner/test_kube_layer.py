@@ -301,19 +301,49 @@ FC_EVIDENCE = {
 }
 
 
+IPMI_EVIDENCE = {
+    "verified": True,
+    "method": "ipmi",
+    "target": "127.0.0.1:623",
+    "state": "off",
+    "verified_at": 1.0,
+}
+
+
 def test_the_release_goes_with_the_evidence_the_run_itself_reported() -> None:
-    """The run's own evidence task said "fenced": the reconciler releases with exactly that module
-    evidence; the taint run fails, so the reading is forgotten and both objects get an Event."""
+    """The run's own evidence task said "fenced" (a power off): the reconciler releases with exactly
+    that module evidence; the taint run fails, so the reading is forgotten and both objects get an Event."""
     kube = FakeKube()
-    fenced = StepEvidence(True, "storage_isolated", "fc-off", FC_EVIDENCE)
+    fenced = StepEvidence(True, "power_off", "ipmi-off", IPMI_EVIDENCE)
     ex = FakeExecutor(RunOutcome("x", "successful", 0, evidence=fenced), RunOutcome("y", "failed", 2))
     rec = reconciler(kube, ex)
     assert rec.reconcile("nf", threading.Event()) == ERROR_REQUEUE_SECONDS
     assert ex.runs[0] == "nf-r0-isolation-a0" and ex.runs[1].startswith("nf-taint-add-")
-    assert ex.extra[1] == {"fence_evidence": FC_EVIDENCE}
+    assert ex.extra[1] == {"fence_evidence": IPMI_EVIDENCE}
     failed = [kind for kind, reason, _ in kube.events if reason == "OutOfServiceTaintFailed"]
     assert failed == ["NodeFence", "Node"]
     assert rec.held("nf").reading is None and rec.held("nf").evidence is None
+
+
+def test_a_storage_only_fence_never_asks_for_the_taint() -> None:
+    """The Isolation run verified the FC ports down and released the pods on the fenced storage
+    (node_taint's fenced_storage release): no taint run follows, the flow goes on to
+    PowerManagement, and the release is an Event naming what went and what stayed."""
+    kube = FakeKube()
+    fenced = StepEvidence(True, "storage_isolated", "fc-off", FC_EVIDENCE)
+    release = Release(False, fenced_storage=True, deleted_pods=("demo/db-0",), kept_pods=("demo/cache-0",))
+    ex = FakeExecutor(
+        RunOutcome("x", "successful", 0, evidence=fenced, release=release), RunOutcome("y", "canceled", None)
+    )
+    reconciler(kube, ex).reconcile("nf", threading.Event())
+    assert ex.runs[:2] == ["nf-r0-isolation-a0", "nf-r0-power-management-a0"], ex.runs
+    assert not [r for r in ex.runs if "taint" in r]
+    released = [(kind, msg) for kind, reason, msg in kube.events if reason == "FencedStoragePodsReleased"]
+    assert [kind for kind, _ in released] == ["NodeFence", "Node"]
+    assert (
+        "1 pod(s) on the fenced storage force-deleted (demo/db-0); 1 other pod(s) left running"
+        in released[0][1]
+    )
 
 
 def test_runs_without_evidence_never_release() -> None:

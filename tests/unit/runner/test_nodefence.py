@@ -44,8 +44,10 @@ POLICY = NodeFencePolicy(
 NOW = float(T0 + 10_000)
 CONFIG = fence_config()
 LEVELS = fence_config(levels=True)  # power_management=ipmi-off ipmi-on | pdu-off pdu-on
-VERIFIED = FenceReading(NODE, True, "storage_isolated", "fc-off", NOW)
-NOT_FENCED = FenceReading(NODE, False, "storage_isolated", "fc-off", NOW)
+VERIFIED = FenceReading(NODE, True, "power_off", "ipmi-off", NOW)
+NOT_FENCED = FenceReading(NODE, False, "power_off", "ipmi-off", NOW)
+#: a storage-only fence: licenses the release of the pods on the fenced storage, never the taint
+STORAGE_VERIFIED = FenceReading(NODE, True, "storage_isolated", "fc-off", NOW)
 OTHER_NODE = FenceReading("worker-2", True, "power_off", "pdu-off", NOW)
 
 
@@ -141,6 +143,12 @@ ROWS: list[tuple[str, NodeFenceStatus, NodeFenceObservations, FenceConfig, str, 
      "write_status", {"status": "Running→Done", "step": "PowerManagement"}),
     ("running/verified-fence-releases", status("Running"), observe(fence=VERIFIED), CONFIG,
      "taint_out_of_service", {"fence": VERIFIED}),
+    ("running/storage-fence-no-taint-power-next", status("Running", conditions=(cond("FenceVerified", "True"),)),
+     observe(fence=STORAGE_VERIFIED), CONFIG, "write_status",
+     {"status": "Running→Running", "step": "PowerManagement", "current_run": run_ref("PowerManagement")}),
+    ("done/storage-fence-no-taint-waits",
+     status("Done", "PowerManagement", conditions=(cond("FenceVerified", "True"),), last_transition_time=NOW - 10),
+     observe(fence=STORAGE_VERIFIED), without(CONFIG, power_management=()), "wait", {"reason": "WaitNodeReady"}),
     ("running/claimed-fence-is-verified-first", status("Running", conditions=(cond("FenceVerified", "True"),)),
      observe(), CONFIG, "verify_fence", {"extravars.methods": ["fc-off", "pdu-off"]}),
     ("running/claimed-fence-not-held", status("Running", conditions=(cond("FenceVerified", "True"),)),
@@ -314,29 +322,34 @@ def test_run_step_extravars_are_references() -> None:
     assert [m["secret_name"] for m in action.extravars["methods"]] == ["fc"]
 
 
+SAN = dataclasses.replace(CONFIG, fenced_storage=({"host_path": "/mnt/san"},))
+
+
 @pytest.mark.parametrize(
-    ("step", "taint_present", "release"),
+    ("step", "taint_present", "config", "release"),
     [
-        ("Isolation", False, True),
-        ("PowerManagement", False, True),
-        ("Isolation", True, False),  # released already: the run only fences
-        ("PowerManagement", True, False),
-        ("Recovery", False, False),  # recovery never releases
+        ("Isolation", False, SAN, True),  # fc ports with the storage behind them named
+        ("Isolation", False, CONFIG, False),  # fc ports, no storage named: nothing to release
+        ("PowerManagement", False, CONFIG, True),
+        ("Isolation", True, SAN, False),  # released already: the run only fences
+        ("PowerManagement", True, CONFIG, False),
+        ("Recovery", False, SAN, False),  # recovery never releases
     ],
 )
 def test_fence_steps_release_in_the_same_run_only_while_no_taint_is_set(
-    step: str, taint_present: bool, release: bool
+    step: str, taint_present: bool, config: FenceConfig, release: bool
 ) -> None:
     phase = {"Isolation": "New", "PowerManagement": "Running", "Recovery": "Done"}[step]
     action = decide(
         NAME,
         status(phase, step, current_run=run_ref(step)),
         observe(taint_present=taint_present, node_ready=step == "Recovery"),
-        CONFIG,
+        config,
         POLICY,
     )
     assert action.kind == "run_step" and action.step == step
     assert action.extravars["release_workloads"] is release
+    assert action.extravars["fenced_storage"] == [dict(m) for m in config.fenced_storage]
 
 
 def test_run_ident_fits_the_schema_and_stays_distinct() -> None:
@@ -525,7 +538,7 @@ def _check_sweep(cases: list[tuple[NodeFenceStatus, NodeFenceObservations]], con
         kinds.add(action.kind)
         assert action == decide(NAME, s, obs, config, POLICY)
         if action.releases_workloads:
-            assert obs.fence is not None and obs.fence.verifies(NODE) and action.fence is obs.fence
+            assert obs.fence is not None and obs.fence.licenses_taint(NODE) and action.fence is obs.fence
             assert s.status in ("Running", "Done") and s.current_run is None
         if obs.release_hold is not None:  # the rate limit holds every release, never the fencing
             assert not action.releases_workloads and not action.extravars.get("release_workloads")
@@ -787,7 +800,7 @@ def test_exhaustive_sweep_with_every_start_held() -> None:
         if action.kind == "run_step":
             assert s.current_run is not None and action.ident == s.current_run.ident
         if action.releases_workloads:
-            assert obs.fence is not None and obs.fence.verifies(NODE)
+            assert obs.fence is not None and obs.fence.licenses_taint(NODE)
 
 
 # --- stop by an admin ------------------------------------------------------------------------

@@ -267,3 +267,46 @@ def test_ledger_counts_the_pods_at_release_and_holds_the_next_node() -> None:
     assert ReleaseLedger(0).hold(kube, "a", 0.0) is None and kube.calls == 4  # no limit: no listing
     with pytest.raises(ValueError, match="max pods released per minute = -1"):
         ReleaseLedger(-1)
+
+
+# --- a storage-only release: recovery waits for the kubelet to stop the released pods -----------------
+def pod_of(name: str, uid: str, **annotations: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "demo", "uid": uid, "annotations": annotations}}
+
+
+def test_stale_pods_are_those_the_kubelet_runs_and_the_api_deleted() -> None:
+    from noderemedy_runner.machines.release import stale_pods
+
+    running = [pod_of("web-0", "u-old"), pod_of("cache-0", "u-c"), pod_of("etcd-n1", "static-hash")]
+    api = [
+        pod_of("cache-0", "u-c"),
+        pod_of("etcd-n1", "mirror-uid", **{"kubernetes.io/config.mirror": "static-hash"}),
+    ]
+    assert stale_pods(running, api) == ("demo/web-0",)
+    assert stale_pods(running, [*api, pod_of("web-0", "u-old")]) == ()
+    assert stale_pods([], api) == ()
+
+
+def test_a_storage_only_release_keeps_the_storage_fenced_until_the_kubelet_stopped_its_pods() -> None:
+    from noderemedy_runner.machines.actions import FenceReading
+    from noderemedy_runner.machines.nodefence import FENCED_STORAGE_RELEASED, WAITING_FOR_KUBELET, StepResult
+
+    storage = FenceReading(NODE, True, "storage_isolated", "fc-off", NOW)
+    run = run_ref("Isolation")
+    s = status("New", "Isolation", current_run=run, start_time=START)
+    result = StepResult(run.ident, True, fence=storage, released_storage=("demo/web-0",))
+    s = written(decide(NAME, s, observe(result=result, fence=storage), CONFIG, POLICY))
+    assert cstat(s, WORKLOADS_RELEASED) == ("True", FENCED_STORAGE_RELEASED)
+    # no power step: Done, then the node comes back Ready (a healed partition)
+    done = replace(s, status="Done", step="PowerManagement", current_run=None, last_transition_time=NOW - 10)
+    back = {"node_ready": True, "fence": storage}  # the storage fence still reads back disabled
+    not_looked = decide(NAME, done, observe(**back), CONFIG, POLICY)
+    assert (not_looked.kind, not_looked.reason) == ("wait", WAITING_FOR_KUBELET)
+    waiting = written(decide(NAME, done, observe(**back, stale_on_node=("demo/web-0",)), CONFIG, POLICY))
+    processing = next(c for c in waiting.conditions if c.type == "Processing")
+    assert (processing.status, processing.reason) == ("True", WAITING_FOR_KUBELET)
+    assert "1 still running (demo/web-0)" in processing.message
+    again = decide(NAME, waiting, observe(**back, stale_on_node=("demo/web-0",)), CONFIG, POLICY)
+    assert (again.kind, again.reason) == ("wait", WAITING_FOR_KUBELET)  # said once
+    stopped = written(decide(NAME, waiting, observe(**back, stale_on_node=()), CONFIG, POLICY))
+    assert stopped.step == "Recovery" and stopped.current_run is not None  # the storage may come back
