@@ -49,13 +49,29 @@ options:
       - V(mark_good) points the last-known-good link at the current revision (and records its decodable
         StorageVersions).
       - V(status) reports the layout; V(prune) deletes old revisions beyond O(revision_limit).
+      - V(install) is the installer - under the installer lock it writes revision O(revision) (O(manifest),
+        labelled C(revision), and O(files)) into its revision directory, renamed into place, then the live
+        manifest atomically through a dot-named temp file (the kubelet never sees a partial manifest). A
+        revision is immutable - the same content again changes nothing, other content is refused. While
+        another installer holds the lock it waits up to O(lock_timeout), then fails having written nothing.
     type: str
-    choices: [monitor, fallback, mark_good, status, prune]
+    choices: [monitor, fallback, mark_good, status, prune, install]
     default: status
   revision:
     description:
       - The revision being judged. Defaults to the C(revision) label of the live manifest.
+      - With O(state=install), the revision to write (required, >= 1).
     type: int
+  manifest:
+    description:
+      - With O(state=install), the operand's Pod manifest (a dictionary or YAML text), C(apiVersion=v1),
+        C(kind=Pod). Its C(revision) label is set to O(revision).
+    type: raw
+  files:
+    description:
+      - With O(state=install), more files of the revision (plain file name to text), such as a revisioned
+        config file the manifest mounts from the revision directory.
+    type: dict
   timeout:
     description: Seconds O(state=monitor) waits for readiness before deciding.
     type: float
@@ -116,6 +132,15 @@ EXAMPLES = r"""
     reason: CrashLooping
     fallback_message: etcd does not start after the upgrade
 
+- name: Install revision 7 of kube-apiserver, with its audit policy (the installer)
+  noderemedy.core.static_pod_fallback:
+    operand: kube-apiserver
+    state: install
+    revision: 7
+    manifest: "{{ lookup('ansible.builtin.file', 'kube-apiserver-pod.yaml') }}"
+    files:
+      audit-policy.yaml: "{{ lookup('ansible.builtin.file', 'audit-policy.yaml') }}"
+
 - name: Keep five revisions
   noderemedy.core.static_pod_fallback:
     operand: kube-apiserver
@@ -125,7 +150,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 action:
-  description: What was done - V(mark_good), V(fallback), V(none), V(refused), V(status), V(prune).
+  description: What was done - V(mark_good), V(fallback), V(none), V(refused), V(status), V(prune), V(install).
   returned: always
   type: str
 ready:
@@ -236,6 +261,8 @@ def argument_spec() -> dict:
         retry_previous_failures=dict(type="int", default=0),
         retry_base=dict(type="float", default=DEFAULT_RETRY_BASE),
         retry_cap=dict(type="float", default=DEFAULT_RETRY_CAP),
+        manifest=dict(type="raw"),
+        files=dict(type="dict"),
     )
     spec.update(LAYOUT_ARGSPEC)
     spec.update(PROBE_ARGSPEC)
@@ -245,7 +272,11 @@ def argument_spec() -> dict:
 
 
 def main() -> None:
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    module = AnsibleModule(
+        argument_spec=argument_spec(),
+        supports_check_mode=True,
+        required_if=[("state", "install", ("revision", "manifest"))],
+    )
     if not HAS_YAML:
         module.fail_json(msg=missing_required_lib("PyYAML"), exception=YAML_IMPORT_ERROR)
     params = module.params

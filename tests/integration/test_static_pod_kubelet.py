@@ -5,7 +5,7 @@ serves the etcd-style health endpoints (``/livez``, ``/readyz``, ``/health``) wi
 the node's address; its revisions live under ``<tmp>/resources/etcd-pod-<rev>/`` and the live
 manifest in the kubelet's staticPodPath.
 
-* a good revision becomes last-known-good;
+* a good revision, written by our installer (``state: install``), becomes last-known-good;
 * a revision whose container exits crash-loops under the real kubelet: CrashLooping, fallback to
   last-known-good, which serves again;
 * a manifest the kubelet cannot read never starts: NeverStartedUp, fallback, no retry.
@@ -76,15 +76,16 @@ class NodeOperand:
         self.pod_logs = Path(info["dir"]) / "var" / "log" / "pods"
         self.resources = tmp / "resources"
         self.url = f"http://{info['ip']}:{PORT}"
-        docs = {
-            1: yaml.safe_dump(operand_pod(1, SERVE.format(rev=1, port=PORT))),
-            2: yaml.safe_dump(operand_pod(2, "echo revision 2 exits; exit 1")),
-            3: "kind: Pod\nmetadata: {name: etcd, labels: {revision: '3'}\nspec: [not yaml\n",
+        self.pods = {
+            1: operand_pod(1, SERVE.format(rev=1, port=PORT)),
+            2: operand_pod(2, "echo revision 2 exits; exit 1"),
         }
-        for rev, text in docs.items():
-            d = self.resources / f"etcd-pod-{rev}"
-            d.mkdir(parents=True)
-            (d / "etcd-pod.yaml").write_text(text)
+        # revision 3 is what a broken installer of someone else's writes: not YAML (ours refuses it)
+        d = self.resources / "etcd-pod-3"
+        d.mkdir(parents=True)
+        (d / "etcd-pod.yaml").write_text(
+            "kind: Pod\nmetadata: {name: etcd, labels: {revision: '3'}\nspec: [not yaml\n"
+        )
         self.params = {
             "operand": "etcd",
             "manifests_dir": str(self.manifests),
@@ -105,7 +106,16 @@ class NodeOperand:
         return self.manifests / "etcd-pod.yaml"
 
     def install(self, rev: int) -> float:
-        """Install revision ``rev`` as the installer does (dot temp file, rename); returns epoch seconds."""
+        """Install revision ``rev``: 1 and 2 with our installer (``state: install``, under the
+        installer lock), 3 by hand as a broken installer would (dot temp file, rename); returns
+        epoch seconds."""
+        if rev in self.pods:
+            res = execute({**self.params, "state": "install", "revision": rev, "manifest": self.pods[rev]})
+            assert res["changed"] is True and str(self.live) in res["files_written"], res
+            assert [p.name for p in self.manifests.iterdir() if not p.name.startswith(".")] == [
+                self.live.name
+            ]
+            return time.time()
         tmp = self.manifests / ".etcd-pod.yaml.install"
         tmp.write_bytes((self.resources / f"etcd-pod-{rev}" / "etcd-pod.yaml").read_bytes())
         os.replace(tmp, self.live)

@@ -23,7 +23,7 @@ Split:
 * I/O at the edges: :class:`Layout` (filesystem), :class:`InstallerLock` (flock),
   :class:`HttpProber` (``/healthz``, ``/readyz``, etcd check), :func:`write_manifest_atomic`;
 * the operations: :func:`run_monitor`, :func:`fallback`, :func:`mark_good`, :func:`status`,
-  :func:`prune`. Every operation returns a JSON-able ``dict``; every error is a
+  :func:`prune`, :func:`install`. Every operation returns a JSON-able ``dict``; every error is a
   :class:`StaticPodError`.
 
 Layout (all paths are parameters; defaults as on an OpenShift node)::
@@ -59,6 +59,7 @@ from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.layout
 from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.operations import (
     Options,
     fallback,
+    install,
     mark_good,
     prune,
     run_monitor,
@@ -111,7 +112,7 @@ from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.vocabu
 # --- module entry -----------------------------------------------------------------------------------
 
 #: Options of ``noderemedy.core.static_pod_fallback`` beyond the shared groups (documented in the module).
-STATES = ("monitor", "fallback", "mark_good", "status", "prune")
+STATES = ("monitor", "fallback", "mark_good", "status", "prune", "install")
 
 #: Shared argspec of the StorageVersion options; documented 1:1 by doc fragment
 #: ``noderemedy.core.static_pod.storage_version``.
@@ -180,7 +181,9 @@ def execute(params: dict[str, Any], check_mode: bool = False, storage_versions: 
             field="reason",
             reason="InvalidInput",
         )
-    if state == "status":
+    if state == "install":
+        res = install(layout, opts, params.get("manifest"), params.get("files"))
+    elif state == "status":
         res = status(layout, opts)
     elif state == "prune":
         res = prune(layout, opts)
@@ -250,6 +253,7 @@ __all__ = [
     "failed_checks",
     "fallback",
     "final_readiness",
+    "install",
     "mark_good",
     "observe",
     "parse_start_log",

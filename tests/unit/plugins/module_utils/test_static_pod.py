@@ -889,3 +889,74 @@ def test_a_bad_kubeconfig_for_the_storage_version_check_fails_naming_it(root):
         sp.execute(params)
     assert err.value.field == "kubeconfig" and "no-such-kubeconfig" in str(err.value)
     assert layout.live_manifest.read_bytes() == before
+
+
+# --- the installer ------------------------------------------------------------------------------------
+
+
+def test_install_writes_the_revision_then_the_live_manifest_and_is_idempotent(root):
+    layout = make_layout(root, live=3, lkg=3)
+    manifest = dict(pod(4))
+    manifest["metadata"] = {"name": "kube-apiserver", "namespace": "kube-system"}  # no revision label yet
+    res = sp.install(layout, Options(revision=4), manifest, {"audit-policy.yaml": "rules: []\n"})
+    assert res["action"] == "install" and res["changed"] is True and res["revision"] == 4
+    assert live(layout)["metadata"]["labels"]["revision"] == "4"
+    assert yaml.safe_load(layout.revision_manifest(4).read_text()) == live(layout)
+    assert (layout.revision_dir(4) / "audit-policy.yaml").read_text() == "rules: []\n"
+    assert str(layout.live_manifest) in res["files_written"]
+    again = sp.install(layout, Options(revision=4), manifest, {"audit-policy.yaml": "rules: []\n"})
+    assert again["changed"] is False and again["files_written"] == []
+    # a revision is immutable: other content is refused, nothing written
+    before = layout.live_manifest.read_bytes()
+    with pytest.raises(StaticPodError) as err:
+        sp.install(layout, Options(revision=4), manifest, {"audit-policy.yaml": "rules: [changed]\n"})
+    assert err.value.field == "revision" and "immutable" in str(err.value)
+    assert layout.live_manifest.read_bytes() == before
+
+
+def test_install_leaves_no_non_dot_file_but_the_manifest_and_no_temp_dir(root):
+    layout = make_layout(root, live=3)
+    seen: list[set[str]] = []
+
+    def look() -> None:  # between the temp write and the rename of the live manifest
+        seen.append({p.name for p in layout.manifests_dir.iterdir()})
+
+    sp.install(layout, Options(revision=4, extra={"before_rename": look}), pod(4))
+    assert seen and all(n == layout.live_manifest.name or n.startswith(".") for names in seen for n in names)
+    assert [p.name for p in layout.manifests_dir.iterdir()] == [layout.live_manifest.name]
+    assert not [p for p in layout.resources_dir.iterdir() if p.name.startswith(".")]
+
+
+def test_install_waits_for_the_lock_and_writes_nothing_while_another_installer_holds_it(root, lock_holder):
+    layout = make_layout(root, live=3)
+    before = layout.live_manifest.read_bytes()
+    holder = lock_holder(layout.lock_file)
+    with pytest.raises(StaticPodError) as err:
+        sp.install(layout, Options(revision=4, extra={"lock_timeout": 0.3}), pod(4))
+    assert err.value.reason == "LockBusy" and "held by another process" in str(err.value)
+    assert layout.live_manifest.read_bytes() == before and not layout.revision_dir(4).exists()
+    holder.stdin.close()
+    holder.wait(timeout=10)
+    assert sp.install(layout, Options(revision=4, extra={"lock_timeout": 0.3}), pod(4))["changed"] is True
+
+
+@pytest.mark.parametrize(
+    ("manifest", "files", "field"),
+    [
+        ("kind: [", None, "manifest"),
+        ({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}, None, "manifest"),
+        ({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}, "spec": {}}, None, "manifest"),
+        ({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x", "labels": {"revision": "9"}},
+          "spec": {"containers": []}}, None, "manifest"),
+        (None, {"../escape": "x"}, "files"),
+        (None, {"kube-apiserver-pod.yaml": "x"}, "files"),
+    ],
+)  # fmt: skip
+def test_install_bad_input_names_the_field_and_writes_nothing(root, manifest, files, field):
+    layout = make_layout(root, live=3)
+    before = sorted(p.name for p in layout.resources_dir.iterdir())
+    with pytest.raises(StaticPodError) as err:
+        sp.install(layout, Options(revision=4), pod(4) if manifest is None else manifest, files)
+    assert err.value.field == field, err.value
+    assert sorted(p.name for p in layout.resources_dir.iterdir()) == before
+    assert live(layout)["metadata"]["labels"]["revision"] == "3"
