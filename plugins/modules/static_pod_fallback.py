@@ -54,8 +54,13 @@ options:
         manifest atomically through a dot-named temp file (the kubelet never sees a partial manifest). A
         revision is immutable - the same content again changes nothing, other content is refused. While
         another installer holds the lock it waits up to O(lock_timeout), then fails having written nothing.
+      - V(retry) rolls a failed revision out again once its backoff has passed (the enhancement's
+        Retries) - the live manifest must be a fallback for a retryable reason (NotReady, EtcdUnhealthy,
+        Unhealthy), whose C(static-pods.noderemedy.io/retry-at) annotation the fallback wrote
+        (O(retry_base) doubled per earlier failure, at most O(retry_cap)). Before that time, or for
+        CrashLooping and NeverStartedUp, nothing is written. Then run O(state=monitor) on it.
     type: str
-    choices: [monitor, fallback, mark_good, status, prune, install]
+    choices: [monitor, fallback, mark_good, status, prune, install, retry]
     default: status
   revision:
     description:
@@ -98,7 +103,9 @@ options:
     type: int
     default: 5
   retry_previous_failures:
-    description: How often this revision already failed; the backoff in RV(retry) doubles with each.
+    description: How often this revision already failed; the backoff in RV(retry) doubles with each. A
+      retried revision carries its count in the C(static-pods.noderemedy.io/previous-failures) annotation,
+      which counts when it is larger.
     type: int
     default: 0
   retry_base:
@@ -106,9 +113,9 @@ options:
     type: float
     default: 600
   retry_cap:
-    description: Maximum seconds of the retry backoff.
+    description: Maximum seconds of the retry backoff (6 h, as the enhancement caps it).
     type: float
-    default: 3600
+    default: 21600
 notes:
   - >-
     Start attempts come from the kubelet's own per-container log files when O(pod_logs_dir) and

@@ -195,3 +195,53 @@ def test_a_bad_revision_falls_back_to_last_known_good(apiserver, rev, reason, ti
         f"\n{reason}: bad revision {rev} written -> last-known-good kube-apiserver /readyz ok in {back:.1f} s "
         f"(monitor timeout {timeout:.0f} s; attempts seen {res['last_observation']['start_attempts']})"
     )
+
+
+def test_etcd_unhealthy_is_retried_after_its_backoff_and_succeeds_once_etcd_is_reachable(apiserver):
+    """Revision 3's etcd endpoint has nothing behind it: EtcdUnhealthy, fallback to revision 1 with
+    ``retry-at`` (the backoff, 20 s here) on the mirror pod's manifest. ``state: retry`` before that
+    time writes nothing. The endpoint is then fixed (a relay in the node's network namespace from
+    revision 3's etcd port to the etcd), ``state: retry`` rolls revision 3 out again and the monitor
+    finds it ready: it becomes last-known-good."""
+    params = {**apiserver.params, "retry_base": 20.0}
+    apiserver.params = params
+    _good(apiserver)
+    apiserver.install(3)
+    res = apiserver.monitor(3, 45.0)
+    assert (res["reason"], res["action"]) == ("EtcdUnhealthy", "fallback"), res
+    ann = yaml.safe_load(apiserver.live.read_text())["metadata"]["annotations"]
+    assert (
+        ann["static-pods.noderemedy.io/previous-failures"] == "1"
+        and "static-pods.noderemedy.io/retry-at" in ann
+    )
+    early = in_node(apiserver.netns, "monitor", {**params, "state": "retry"}, 60)
+    assert early["action"] == "none" and "is retried at" in early["message"], early
+    assert yaml.safe_load(apiserver.live.read_text())["metadata"]["labels"]["revision"] == "1"
+    relay = subprocess.Popen(
+        ["nsenter", f"--net=/run/netns/{apiserver.netns}", "--", "socat",
+         f"TCP-LISTEN:{ETCD_PORT + 7},bind=127.0.0.1,fork,reuseaddr", f"TCP:127.0.0.1:{ETCD_PORT}"],
+    )  # fmt: skip
+    try:
+        fixed = time.time()
+        if early["action"] == "none":
+            wait_for(
+                lambda: (
+                    in_node(apiserver.netns, "monitor", {**params, "state": "retry"}, 60)["action"] == "retry"
+                ),
+                60,
+                "revision 3 rolled out again after its backoff",
+                interval=1,
+            )
+        live = yaml.safe_load(apiserver.live.read_text())
+        assert live["metadata"]["labels"]["revision"] == "3", live
+        assert live["metadata"]["annotations"]["static-pods.noderemedy.io/previous-failures"] == "1"
+        again = apiserver.monitor(3, 90.0)
+        assert again["ready"] is True, again
+        lkg = Path(os.readlink(apiserver.resources / "kube-apiserver-last-known-good")).parent.name
+        assert lkg == "kube-apiserver-pod-3", lkg
+        print(
+            f"\nEtcdUnhealthy retried: endpoint fixed -> revision 3 ready in {time.time() - fixed:.1f} s (backoff 20 s)"
+        )
+    finally:
+        relay.terminate()
+        relay.wait(10)

@@ -210,7 +210,7 @@ def test_invalid_flag_crash_loops_and_falls_back(operand, collections_path):
             "retryable": False,
             "retry_after_seconds": None,
             "previous_failures": 0,
-            "backoff": {"base_seconds": 600.0, "cap_seconds": 3600.0},
+            "backoff": {"base_seconds": 600.0, "cap_seconds": 21600.0},
         }
         # the operand's API is down: the StorageVersion check says so and the default is to proceed
         assert res["storage_version"]["available"] is False

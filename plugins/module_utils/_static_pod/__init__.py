@@ -62,6 +62,7 @@ from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.operat
     install,
     mark_good,
     prune,
+    retry,
     run_monitor,
     status,
 )
@@ -112,7 +113,7 @@ from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.vocabu
 # --- module entry -----------------------------------------------------------------------------------
 
 #: Options of ``noderemedy.core.static_pod_fallback`` beyond the shared groups (documented in the module).
-STATES = ("monitor", "fallback", "mark_good", "status", "prune", "install")
+STATES = ("monitor", "fallback", "mark_good", "status", "prune", "install", "retry")
 
 #: Shared argspec of the StorageVersion options; documented 1:1 by doc fragment
 #: ``noderemedy.core.static_pod.storage_version``.
@@ -181,7 +182,9 @@ def execute(params: dict[str, Any], check_mode: bool = False, storage_versions: 
             field="reason",
             reason="InvalidInput",
         )
-    if state == "install":
+    if state == "retry":
+        res = retry(layout, opts)
+    elif state == "install":
         res = install(layout, opts, params.get("manifest"), params.get("files"))
     elif state == "status":
         res = status(layout, opts)
@@ -258,6 +261,7 @@ __all__ = [
     "observe",
     "parse_start_log",
     "prune",
+    "retry",
     "retry_policy",
     "revisions_to_prune",
     "run_monitor",

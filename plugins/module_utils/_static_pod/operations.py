@@ -6,6 +6,7 @@ fallback (with the StorageVersion gate), mark_good, status and prune.
 
 from __future__ import annotations
 
+import calendar
 import contextlib
 import json
 import os
@@ -52,6 +53,8 @@ from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.vocabu
     FALLBACK_REASONS,
     NEVER_STARTED_UP,
     NOT_READY,
+    PREVIOUS_FAILURES,
+    RETRY_AT,
     REVISION_LABEL,
     STORAGE_VERSION_SKEW,
     STORAGE_VERSIONS_FILE,
@@ -250,6 +253,14 @@ def fallback(
             res["storage_version"]["forced"] = True
         pod = layout.read_pod(layout.revision_manifest(target), f"revision {target} manifest")
         pod = annotate_fallback(pod, cur, reason, message, str(uuid.uuid4()))
+        # the failed revision's failures so far: those it carried (a retry) and this one
+        carried = str(live_ann.get(PREVIOUS_FAILURES, "0"))
+        failures = (int(carried) if carried.isdigit() else 0) + 1
+        plan = retry_policy(reason, failures - 1, opts.retry_base, opts.retry_cap)
+        pod["metadata"]["annotations"][PREVIOUS_FAILURES] = str(failures)
+        if plan["retryable"]:
+            pod["metadata"]["annotations"][RETRY_AT] = _rfc3339(time.time() + plan["retry_after_seconds"])
+            res["retry_at"] = pod["metadata"]["annotations"][RETRY_AT]
         data = yaml.safe_dump(pod, sort_keys=False).encode()
         res.update(action="fallback", message=message, changed=True)
         if not opts.check_mode:
@@ -270,7 +281,74 @@ def fallback(
                 ) from exc
             res["written_at"] = time.time()
         res["files_written"].append(str(layout.live_manifest))
-    res["retry"] = retry_policy(reason, opts.retry_previous_failures, opts.retry_base, opts.retry_cap)
+    carried = str(live_ann.get(PREVIOUS_FAILURES, "0"))
+    previous = max(opts.retry_previous_failures, int(carried) if carried.isdigit() else 0)
+    res["retry"] = retry_policy(reason, previous, opts.retry_base, opts.retry_cap)
+    return res
+
+
+def _rfc3339(epoch: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+
+
+def _parse_rfc3339(text: str) -> float | None:
+    try:
+        return float(calendar.timegm(time.strptime(text, "%Y-%m-%dT%H:%M:%SZ")))
+    except (TypeError, ValueError):
+        return None
+
+
+def retry(layout: Layout, opts: Options, now: float | None = None) -> dict[str, Any]:
+    """Roll a failed revision out again once its backoff has passed (the enhancement's Retries).
+
+    The live manifest must be a fallback (``fallback-for-revision``) for a retryable reason, with
+    :data:`RETRY_AT` set by :func:`fallback` (``retry_base * 2**failures``, at most ``retry_cap``
+    seconds after it). Before that time, or for a reason that is not retried (CrashLooping,
+    NeverStartedUp), nothing is written (``action: none``, with ``retry_at``). Once it has passed,
+    under the installer lock, the failed revision's manifest becomes the live manifest again,
+    annotated with :data:`PREVIOUS_FAILURES` (so its next fallback doubles the backoff) and a new
+    uid; the last-known-good link stays. Run ``state: monitor`` on it next.
+
+    Returns the result dict (``action``: ``retry`` or ``none``, ``revision``, ``retry_at``).
+    Raises StaticPodError (``LockBusy``, a failed revision without a manifest).
+    """
+    now = time.time() if now is None else now
+    res = _base_result(layout)
+    with InstallerLock(layout.lock_file, float(opts.extra.get("lock_timeout", DEFAULT_LOCK_TIMEOUT))) as lock:
+        res["lock_waited_seconds"] = round(lock.waited, 3)
+        live = layout.read_pod(layout.live_manifest, "live manifest")
+        ann = live["metadata"].get("annotations") or {}
+        failed = str(ann.get(FALLBACK_FOR_REVISION, ""))
+        if not failed.isdigit():
+            res.update(action="none", message="the live manifest is not a fallback: nothing to retry")
+            return res
+        rev = int(failed)
+        res.update(revision=rev, reason=ann.get(FALLBACK_REASON, ""), retry_at=ann.get(RETRY_AT))
+        due = _parse_rfc3339(str(ann.get(RETRY_AT, "")))
+        if due is None:
+            res.update(action="none", message=f"revision {rev} failed with {res['reason']}: not retried")
+            return res
+        if now < due:
+            res.update(action="none", message=f"revision {rev} is retried at {ann[RETRY_AT]}")
+            return res
+        pod = layout.read_pod(layout.revision_manifest(rev), f"revision {rev} manifest")
+        meta = pod["metadata"]
+        meta["annotations"] = {
+            **(meta.get("annotations") or {}),
+            PREVIOUS_FAILURES: str(ann.get(PREVIOUS_FAILURES, "1")),
+        }
+        meta["uid"] = str(uuid.uuid4())
+        res.update(action="retry", changed=True, message=f"revision {rev} rolled out again after its backoff")
+        if not opts.check_mode:
+            try:
+                write_manifest_atomic(layout.live_manifest, yaml.safe_dump(pod, sort_keys=False).encode())
+            except OSError as exc:
+                raise StaticPodError(
+                    f"manifests_dir: cannot write {layout.live_manifest}: {exc}",
+                    field="manifests_dir",
+                    result=res,
+                ) from exc
+        res["files_written"].append(str(layout.live_manifest))
     return res
 
 

@@ -15,6 +15,12 @@ ANNOTATION_PREFIX = "startup-monitor.static-pods.openshift.io/"
 FALLBACK_FOR_REVISION = ANNOTATION_PREFIX + "fallback-for-revision"
 FALLBACK_REASON = ANNOTATION_PREFIX + "fallback-reason"
 FALLBACK_MESSAGE = ANNOTATION_PREFIX + "fallback-message"
+#: Ours, next to the enhancement's: the failures of the failed revision so far (on a fallback
+#: manifest; on a retried revision's manifest, the failures before this retry), and when a
+#: retryable fallback rolls the failed revision out again (RFC 3339). The kubelet copies them to
+#: the mirror pod, where an admin reads them.
+PREVIOUS_FAILURES = "static-pods.noderemedy.io/previous-failures"
+RETRY_AT = "static-pods.noderemedy.io/retry-at"
 #: The pod label holding the revision (as on OpenShift's revisioned static pods).
 REVISION_LABEL = "revision"
 
@@ -37,7 +43,7 @@ STORAGE_VERSIONS_FILE = "storage-versions.json"
 DEFAULT_TIMEOUT = 300.0
 DEFAULT_INTERVAL = 2.0
 DEFAULT_RETRY_BASE = 600.0
-DEFAULT_RETRY_CAP = 3600.0
+DEFAULT_RETRY_CAP = 21600.0  # 6 h, as the enhancement caps the backoff
 DEFAULT_LOCK_TIMEOUT = 30.0
 DEFAULT_REVISION_LIMIT = 5
 

@@ -7,10 +7,12 @@ OpenShift enhancement "Fallback on failing revisions of static pods".
 
 from __future__ import annotations
 
+import calendar
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -164,8 +166,8 @@ def test_failed_checks_reads_verbose_bodies():
 
 @pytest.mark.parametrize("reason", [NOT_READY, ETCD_UNHEALTHY, UNHEALTHY])
 def test_retryable_reasons_back_off_exponentially_with_a_cap(reason):
-    afters = [sp.retry_policy(reason, n)["retry_after_seconds"] for n in range(5)]
-    assert afters == [600, 1200, 2400, 3600, 3600]
+    afters = [sp.retry_policy(reason, n)["retry_after_seconds"] for n in range(7)]
+    assert afters == [600, 1200, 2400, 4800, 9600, 19200, 21600]  # capped at 6 h
     assert sp.retry_policy(reason, 2, base=60, cap=200)["retry_after_seconds"] == 200
     assert sp.retry_policy(reason)["retryable"] is True
 
@@ -178,7 +180,7 @@ def test_crash_looping_and_never_started_up_are_not_retried(reason):
         "retryable": False,
         "retry_after_seconds": None,
         "previous_failures": 3,
-        "backoff": {"base_seconds": 600, "cap_seconds": 3600},
+        "backoff": {"base_seconds": 600, "cap_seconds": 21600},
     }
 
 
@@ -960,3 +962,61 @@ def test_install_bad_input_names_the_field_and_writes_nothing(root, manifest, fi
     assert err.value.field == field, err.value
     assert sorted(p.name for p in layout.resources_dir.iterdir()) == before
     assert live(layout)["metadata"]["labels"]["revision"] == "3"
+
+
+# --- retries that retry -------------------------------------------------------------------------------
+
+
+def test_a_retryable_fallback_is_rolled_out_again_after_its_backoff_which_doubles(root):
+    from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.vocabulary import (
+        PREVIOUS_FAILURES,
+        RETRY_AT,
+    )
+
+    layout = make_layout(root, live=3, lkg=2)
+    opts = Options(retry_base=600, retry_cap=21600)
+    t0 = time.time()
+    res = sp.fallback(layout, opts, NOT_READY, "readyz red")
+    ann = live(layout)["metadata"]["annotations"]
+    assert ann[PREVIOUS_FAILURES] == "1" and res["retry_at"] == ann[RETRY_AT]
+    due = calendar.timegm(time.strptime(ann[RETRY_AT], "%Y-%m-%dT%H:%M:%SZ"))
+    assert t0 + 600 - 2 <= due <= time.time() + 600 + 1
+    early = sp.retry(layout, opts, now=due - 1)
+    assert (
+        early["action"] == "none"
+        and early["changed"] is False
+        and live(layout)["metadata"]["labels"]["revision"] == "2"
+    )
+    again = sp.retry(layout, opts, now=due + 1)
+    assert again["action"] == "retry" and again["revision"] == 3
+    retried = live(layout)
+    assert (
+        retried["metadata"]["labels"]["revision"] == "3"
+        and retried["metadata"]["annotations"][PREVIOUS_FAILURES] == "1"
+    )
+    assert os.readlink(layout.lkg_link) == str(layout.revision_manifest(2))  # last-known-good kept
+    # it fails again: the backoff doubles
+    t1 = time.time()
+    second = sp.fallback(layout, opts, NOT_READY, "still red")
+    ann = live(layout)["metadata"]["annotations"]
+    assert ann[PREVIOUS_FAILURES] == "2" and second["retry"]["retry_after_seconds"] == 1200
+    due2 = calendar.timegm(time.strptime(ann[RETRY_AT], "%Y-%m-%dT%H:%M:%SZ"))
+    assert t1 + 1200 - 2 <= due2 <= time.time() + 1200 + 1
+
+
+def test_crash_looping_is_never_rolled_out_again(root):
+    from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.vocabulary import RETRY_AT
+
+    layout = make_layout(root, live=3, lkg=2)
+    sp.fallback(layout, Options(), CRASH_LOOPING, "exits")
+    assert RETRY_AT not in live(layout)["metadata"]["annotations"]
+    res = sp.retry(layout, Options(), now=time.time() + 10**6)
+    assert res["action"] == "none" and "not retried" in res["message"]
+    assert live(layout)["metadata"]["labels"]["revision"] == "2"
+
+
+def test_retry_of_a_live_manifest_that_is_no_fallback_writes_nothing(root):
+    layout = make_layout(root, live=3)
+    before = layout.live_manifest.read_bytes()
+    assert sp.retry(layout, Options())["action"] == "none"
+    assert layout.live_manifest.read_bytes() == before
