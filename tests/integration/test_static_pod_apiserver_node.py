@@ -26,6 +26,7 @@ import pytest
 import yaml
 from kube_helpers import wait_for
 
+from ansible_collections.noderemedy.core.plugins.module_utils._static_pod import execute
 from noderemedy_lab.build import binary_paths
 from noderemedy_lab.images import ensure_binary_image
 from noderemedy_lab.realnode import import_image
@@ -120,6 +121,8 @@ class NodeApiserver:
         d = self.resources / "kube-apiserver-pod-4"  # not YAML: the kubelet never starts it
         d.mkdir()
         (d / "kube-apiserver-pod.yaml").write_text("kind: Pod\nmetadata: {name: kube-apiserver\nspec: [\n")
+        self.base_args = base
+        self.pki = pki
         self.params = {
             "operand": "kube-apiserver",
             "manifests_dir": str(self.manifests),
@@ -245,3 +248,50 @@ def test_etcd_unhealthy_is_retried_after_its_backoff_and_succeeds_once_etcd_is_r
     finally:
         relay.terminate()
         relay.wait(10)
+
+
+def test_an_audit_policy_the_apiserver_refuses_crash_loops_and_falls_back(apiserver):
+    """Revision 5, written by our installer (``state: install``) with a revisioned config file: an
+    audit policy that is not one. The kube-apiserver refuses it and exits, again and again under the
+    real kubelet: CrashLooping, fallback to revision 1, no retry. The kubelet's own log of the
+    container says why."""
+    _good(apiserver)
+    rev_dir = apiserver.resources / "kube-apiserver-pod-5"
+    manifest = pod(
+        "kube-apiserver",
+        {"app": "kube-apiserver"},
+        [*apiserver.base_args, f"--etcd-servers=http://127.0.0.1:{ETCD_PORT}",
+         f"--audit-policy-file={rev_dir}/audit-policy.yaml", "--audit-log-path=-"],
+        apiserver.pki,
+    )  # fmt: skip
+    manifest["spec"]["volumes"].append(
+        {"name": "revision", "hostPath": {"path": str(rev_dir), "type": "DirectoryOrCreate"}}
+    )
+    manifest["spec"]["containers"][0]["volumeMounts"].append(
+        {"name": "revision", "mountPath": str(rev_dir), "readOnly": True}
+    )
+    installed = execute(
+        {**apiserver.params, "state": "install", "revision": 5, "manifest": manifest,
+         "files": {"audit-policy.yaml": "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules: [{level: Loud}]\n"}}
+    )  # fmt: skip
+    assert installed["changed"] is True, installed
+    written = time.time()
+    timeout = 45.0
+    res = apiserver.monitor(5, timeout)
+    assert (res["reason"], res["action"]) == ("CrashLooping", "fallback"), res
+    assert res["retry"]["retryable"] is False, res
+    logs = list(
+        Path(apiserver.params["pod_logs_dir"]).glob(
+            f"kube-system_kube-apiserver-{NODE}_*/kube-apiserver/*.log"
+        )
+    )
+    said = "".join(p.read_text(errors="replace") for p in logs)
+    assert "audit" in said.lower() and "Loud" in said, said[-2000:]
+    wait_for(apiserver.ready, 120, "last-known-good kube-apiserver ready again", interval=1)
+    back = time.time() - written
+    live = yaml.safe_load(apiserver.live.read_text())
+    assert live["metadata"]["labels"]["revision"] == "1", live
+    print(
+        f"\nCrashLooping (invalid audit policy): revision 5 written -> last-known-good /readyz ok in {back:.1f} s "
+        f"(monitor timeout {timeout:.0f} s; attempts seen {res['last_observation']['start_attempts']})"
+    )
