@@ -174,3 +174,38 @@ def test_a_manifest_the_kubelet_cannot_read_never_starts_up(operand):
     print(
         f"\nNeverStartedUp: bad revision written -> last-known-good serving in {back:.1f} s (monitor timeout {timeout:.0f} s)"
     )
+
+
+def test_a_monitor_killed_mid_watch_resumes_and_falls_back_once(operand):
+    """The monitor process is killed (SIGKILL) while it watches a crash-looping revision; a new
+    monitor of the same revision watches again and falls back once; a third finds the fallback in
+    place and writes nothing (the live manifest keeps the uid the one fallback gave it)."""
+    import json
+    import subprocess
+    import sys
+
+    _good(operand)
+    operand.install(2)
+    params = {**operand.params, "state": "monitor", "revision": 2, "timeout": 45.0}
+    script = (
+        "import json, sys\n"
+        "from ansible_collections.noderemedy.core.plugins.module_utils._static_pod import execute\n"
+        "print(json.dumps(execute(json.loads(sys.argv[1]))))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    first = subprocess.Popen([sys.executable, "-c", script, json.dumps(params)], env=env)
+    wait_for(
+        lambda: any(operand.pod_logs.glob(f"kube-system_etcd-{NODE}_*/etcd/*.log")), 60, "revision 2 started"
+    )
+    first.kill()  # mid-watch: long before its 45 s timeout
+    first.wait(10)
+    assert yaml.safe_load(operand.live.read_text())["metadata"]["labels"]["revision"] == "2", (
+        "fell back before the kill"
+    )
+    res = operand.monitor(2, 45.0)
+    assert (res["reason"], res["action"]) == (CRASH_LOOPING, "fallback"), res
+    written = yaml.safe_load(operand.live.read_text())
+    again = operand.monitor(2, 45.0)
+    assert again["action"] == "none" and "already fallen back" in again["message"], again
+    assert yaml.safe_load(operand.live.read_text())["metadata"]["uid"] == written["metadata"]["uid"]
+    wait_for(operand.serving, 90, "last-known-good revision 1 serving again")

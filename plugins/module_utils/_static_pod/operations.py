@@ -638,6 +638,15 @@ def run_monitor(
         raise StaticPodError(
             "timeout / interval: must be > 0 seconds", field="timeout", reason="InvalidInput"
         )
+    # a monitor restarted after its fallback (its process or container killed): the fallback is in
+    # place, so there is nothing to watch and nothing to write again
+    if layout.live_manifest.exists():
+        with contextlib.suppress(StaticPodError):
+            ann = layout.read_pod(layout.live_manifest, "live manifest")["metadata"].get("annotations") or {}
+            if str(ann.get(FALLBACK_FOR_REVISION, "")) == str(expected):
+                res = fallback(layout, opts, str(ann.get(FALLBACK_REASON) or NOT_READY), "", current=expected)
+                res.update(ready=False, revision=expected, observations=0, elapsed_seconds=0.0)
+                return res
     obs_fn = observe_fn or (lambda now, left: observe(layout, expected, prober, now, left))
     start = clock()
     deadline = start + opts.timeout
@@ -665,8 +674,9 @@ def run_monitor(
             res["reason"] = (
                 verdict.reason if res.get("action") == "fallback" else res.get("reason", verdict.reason)
             )
-            res["retry"] = retry_policy(
-                verdict.reason, opts.retry_previous_failures, opts.retry_base, opts.retry_cap
+            res.setdefault(
+                "retry",
+                retry_policy(verdict.reason, opts.retry_previous_failures, opts.retry_base, opts.retry_cap),
             )
         else:
             res = _base_result(layout)

@@ -1020,3 +1020,18 @@ def test_retry_of_a_live_manifest_that_is_no_fallback_writes_nothing(root):
     before = layout.live_manifest.read_bytes()
     assert sp.retry(layout, Options())["action"] == "none"
     assert layout.live_manifest.read_bytes() == before
+
+
+def test_a_monitor_restarted_after_its_fallback_watches_nothing_and_writes_nothing(root):
+    layout = make_layout(root, live=3, lkg=2)
+    sp.fallback(layout, Options(), CRASH_LOOPING, "exits")
+    written = layout.live_manifest.read_bytes()
+
+    def never(*_: object) -> Observation:
+        raise AssertionError("observed a revision that was already fallen back from")
+
+    clock = FakeClock()
+    res = sp.run_monitor(layout, Options(revision=3, timeout=60, interval=2), None, clock, clock.sleep, never)
+    assert (res["action"], res["ready"], res["observations"]) == ("none", False, 0), res
+    assert "already fallen back from revision 3" in res["message"]
+    assert layout.live_manifest.read_bytes() == written
