@@ -269,16 +269,7 @@ def fallback(
                 with contextlib.suppress(OSError):
                     stale.unlink()
                     res["files_removed"].append(str(stale))
-            try:
-                write_manifest_atomic(
-                    layout.live_manifest, data, before_rename=opts.extra.get("before_rename")
-                )
-            except OSError as exc:
-                raise StaticPodError(
-                    f"manifests_dir: cannot write {layout.live_manifest}: {exc}",
-                    field="manifests_dir",
-                    result=res,
-                ) from exc
+            _write_live(layout, data, opts, res)
             res["written_at"] = time.time()
         res["files_written"].append(str(layout.live_manifest))
     carried = str(live_ann.get(PREVIOUS_FAILURES, "0"))
@@ -340,14 +331,7 @@ def retry(layout: Layout, opts: Options, now: float | None = None) -> dict[str, 
         meta["uid"] = str(uuid.uuid4())
         res.update(action="retry", changed=True, message=f"revision {rev} rolled out again after its backoff")
         if not opts.check_mode:
-            try:
-                write_manifest_atomic(layout.live_manifest, yaml.safe_dump(pod, sort_keys=False).encode())
-            except OSError as exc:
-                raise StaticPodError(
-                    f"manifests_dir: cannot write {layout.live_manifest}: {exc}",
-                    field="manifests_dir",
-                    result=res,
-                ) from exc
+            _write_live(layout, yaml.safe_dump(pod, sort_keys=False).encode(), opts, res)
         res["files_written"].append(str(layout.live_manifest))
     return res
 
@@ -458,19 +442,21 @@ def install(
         if live != data:
             res["changed"] = True
             if not opts.check_mode:
-                try:
-                    layout.manifests_dir.mkdir(parents=True, exist_ok=True)
-                    write_manifest_atomic(
-                        layout.live_manifest, data, before_rename=opts.extra.get("before_rename")
-                    )
-                except OSError as exc:
-                    raise StaticPodError(
-                        f"manifests_dir: cannot write {layout.live_manifest}: {exc}",
-                        field="manifests_dir",
-                        result=res,
-                    ) from exc
+                _write_live(layout, data, opts, res)
             res["files_written"].append(str(layout.live_manifest))
     return res
+
+
+def _write_live(layout: Layout, data: bytes, opts: Options, res: dict[str, Any]) -> None:
+    """Write the live manifest atomically (:func:`write_manifest_atomic`); StaticPodError naming
+    ``manifests_dir`` (with ``res``) when it cannot be written. The caller holds the installer lock."""
+    try:
+        layout.manifests_dir.mkdir(parents=True, exist_ok=True)
+        write_manifest_atomic(layout.live_manifest, data, before_rename=opts.extra.get("before_rename"))
+    except OSError as exc:
+        raise StaticPodError(
+            f"manifests_dir: cannot write {layout.live_manifest}: {exc}", field="manifests_dir", result=res
+        ) from exc
 
 
 def _point_link(link: Path, target: Path) -> None:
