@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kube_helpers import apply, statefulset, wait_for
+from kube_helpers import apply, kjson, statefulset, wait_for
 from kubernetes import client
 from test_runner_e2e import (  # noqa: F401 - fixtures shared with the host runner's end-to-end tests
     OOS,
@@ -69,6 +69,22 @@ def app(lab_real: Any, tmp_path: Path) -> Iterator[tuple[str, Path]]:
     lab_real.kubectl("delete", "namespace", ns, "--wait=false")
 
 
+def real_nodes_schedulable(lab) -> bool:
+    """Whether every real node is Ready and carries no NoSchedule/NoExecute taint but the lab's own
+    (which the runner tolerates): a node another test fenced or partitioned may still be coming back."""
+    nodes = kjson(lab, "get", "nodes", *lab.info["real_nodes"])["items"]
+    for node in nodes:
+        conds = {c["type"]: c["status"] for c in node["status"].get("conditions", [])}
+        taints = [
+            t
+            for t in node["spec"].get("taints") or []
+            if t.get("effect") in ("NoSchedule", "NoExecute") and t.get("key") != REAL_TAINT["key"]
+        ]
+        if conds.get("Ready") != "True" or taints or node["spec"].get("unschedulable"):
+            return False
+    return len(nodes) == len(lab.info["real_nodes"])
+
+
 def scenario(
     lab: Any,
     api_client: client.ApiClient,
@@ -90,6 +106,8 @@ def scenario(
     assert first["spec"]["nodeName"] == node
     old = first["metadata"]["uid"]
     wait_for(lambda: len(writes(shared).get(old, [])) >= 5, 30, "the first writer's lines")
+    # the other node must be able to take the pod: an earlier test may still be bringing it back
+    wait_for(lambda: real_nodes_schedulable(lab), 180, "the real nodes Ready and untainted")
     # the replacement prefers the other node: a real node the fence power-cycles may be Ready and
     # untainted again by the time the StatefulSet recreates the pod
     patch = [{"op": "replace", "path": "/spec/template/spec/affinity", "value": prefer_node(other, REAL)}]
@@ -342,6 +360,7 @@ def test_a_storage_only_fence_releases_the_pods_on_it_and_leaves_the_others_runn
     for sts in ("web", "idle"):  # either replacement, were there one, would go to the other node
         out = lab_real.kubectl("-n", ns, "patch", "statefulset", sts, "--type=json", "-p", json.dumps(patch))
         assert out.returncode == 0, out.stderr
+    wait_for(lambda: real_nodes_schedulable(lab_real), 180, "the real nodes Ready and untainted")
     lab_real.partition(node)
     t_fail = uptime()
     lab_real.wait_nodes([node], {"False", "Unknown"}, 120)

@@ -36,12 +36,12 @@ from test_real_node_fencing import (  # noqa: F401 - fixtures are used by name
     app,
     partitioned,
     powered_off,
+    real_nodes_schedulable,
     scenario,
 )
 from test_runner_e2e import OOS, FenceNamespace, get_nf, nodefence
 from test_runner_guards import device_log
 
-from noderemedy_lab.realnode import REAL_TAINT
 from noderemedy_runner.jobs import JOB_ANNOTATION, TIMESTAMP_ANNOTATION, job_name
 
 pytestmark = [pytest.mark.lab, pytest.mark.kube]
@@ -63,22 +63,6 @@ def image(tmp_path_factory) -> Path:
 
 def namespace_gone(lab) -> bool:
     return lab.kubectl("get", "namespace", NS).returncode != 0
-
-
-def real_nodes_schedulable(lab) -> bool:
-    """Whether every real node is Ready and carries no NoSchedule/NoExecute taint but the lab's own
-    (which the runner tolerates): a node another test fenced or partitioned may still be coming back."""
-    nodes = kjson(lab, "get", "nodes", *lab.info["real_nodes"])["items"]
-    for node in nodes:
-        conds = {c["type"]: c["status"] for c in node["status"].get("conditions", [])}
-        taints = [
-            t
-            for t in node["spec"].get("taints") or []
-            if t.get("effect") in ("NoSchedule", "NoExecute") and t.get("key") != REAL_TAINT["key"]
-        ]
-        if conds.get("Ready") != "True" or taints or node["spec"].get("unschedulable"):
-            return False
-    return len(nodes) == len(lab.info["real_nodes"])
 
 
 @pytest.fixture(scope="module")
