@@ -368,7 +368,7 @@ def describe(configs: cfgmod.ConfigurationSet) -> str:
         sel = "every node" if c.node_selector is None else f"nodes matching {c.node_selector}"
         lines.append(f"Configuration {c.name}: {sel}")
         for th in c.thresholds:
-            steps = " then ".join("+".join(r.name for r in step) for step in th.remedies)
+            steps = " then ".join("+".join(_remedy_label(r) for r in step) for step in th.remedies)
             lines.append(
                 f"  unhealthy when {th.describe()} -> {steps}; recovery {'+'.join(r.name for r in th.recovery)}"
             )
@@ -378,6 +378,18 @@ def describe(configs: cfgmod.ConfigurationSet) -> str:
             lines.append(f"  paused: {', '.join(c.pause_requests)}")
     lines.extend(f"warning: {w}" for w in configs.warnings)
     return "\n".join(lines)
+
+
+def _remedy_label(r: cfgmod.Remedy) -> str:
+    """``repair (pod, 180s)`` / ``fence (fence flow, job)``: a remedy for ``--check-config``."""
+    what = ["pod" if r.pod else "fence flow"]
+    if r.executor:
+        what.append(r.executor)
+    if r.period is not None:
+        what.append(f"{r.period:g}s")
+    if r.clean_resources:
+        what.append("clean-resources")
+    return f"{r.name} ({', '.join(what)})"
 
 
 def _api_client(kubeconfig: Path | None) -> Any:
@@ -433,14 +445,26 @@ def main(argv: list[str] | None = None) -> int:
         log.warning(warning)
 
     job_pod = None
-    if args.executor == "job" and not args.detect_only:
+    wants_jobs = [  # fence-flow remedies whose runs go as Jobs (remedyConfigs[].executor: job)
+        f"{c.name}/{r.name}"
+        for c in configs.configurations
+        for th in c.thresholds
+        for r in th.chain()
+        if r.executor == "job"
+    ]
+    if (args.executor == "job" or wants_jobs) and not args.detect_only:
         from noderemedy_runner.jobs import own_pod
         from noderemedy_runner.kube.errors import KubeError
 
         try:
             job_pod = own_pod(api)
         except (ValueError, KubeError) as exc:
-            print(f"noderemedy-runner: error: --executor job: {exc}", file=sys.stderr)
+            what = (
+                "--executor job"
+                if args.executor == "job"
+                else f"remedyConfigs executor: job ({', '.join(wants_jobs)})"
+            )
+            print(f"noderemedy-runner: error: {what}: {exc}", file=sys.stderr)
             return 2
     identity = args.identity or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
     metrics = Metrics()
@@ -525,6 +549,8 @@ def main(argv: list[str] | None = None) -> int:
                 extra_env=dict(item.split("=", 1) for item in args.run_env),
                 device_check_interval=args.device_check_interval,
                 job_pod=job_pod,
+                configs=configs,
+                default_executor=args.executor,
             )
             metrics.count_runs_in_flight(lambda: watcher.executor.in_flight)
             w = threading.Thread(target=watcher.run, args=(work_stop,), name="watcher", daemon=True)

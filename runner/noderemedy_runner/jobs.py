@@ -55,6 +55,8 @@ log = logging.getLogger(__name__)
 #: Environment of the Job's pod: the run (JSON) and the node under remediation.
 JOB_ENV = "NODEREMEDY_JOB"
 NODE_ENV = "NODEREMEDY_NODE"
+#: Environment of a pod remedy's containers: the remedy's name.
+REMEDY_ENV = "NODEREMEDY_REMEDY"
 #: Where the pod writes its outcome (the container's ``terminationMessagePath``).
 TERMINATION_LOG = "/dev/termination-log"
 #: The kubelet keeps at most this many bytes of a termination message.
@@ -209,6 +211,313 @@ def job_manifest(
     }
 
 
+def remedy_job_manifest(
+    *,
+    name: str,
+    namespace: str,
+    node: str,
+    remedy: str,
+    template: Mapping[str, Any],
+    pod: Mapping[str, Any] | None,
+    deadline: float,
+    owner: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """The Job of a pod remedy (the seed's ``remedyConfigs[].podTemplate``), pure.
+
+    The user's PodTemplateSpec runs as it is, with: ``restartPolicy: Never`` (retries belong to
+    the escalation), a required node affinity keeping it off ``node`` (added to each of the
+    template's own required terms), ``$NODEREMEDY_NODE``, ``$NODEREMEDY_REMEDY``, ``$POD_NAME`` and
+    ``$POD_NAMESPACE`` in every container (the seed: the node comes in through the environment),
+    and, when the template sets none, the runner pod's node selector and tolerations (so it runs
+    wherever the runner may, also while other nodes are tainted). Its ServiceAccount is the
+    template's own (else the namespace's ``default``): the pod reads what it needs itself.
+
+    Args:
+        name: the Job name (:func:`noderemedy_runner.machines.remedies.remedy_job_name`).
+        namespace: the runner's namespace.
+        node: the node under remediation.
+        remedy: the remedy's name (label and env).
+        template: the PodTemplateSpec (``metadata``, ``spec``), already shape-checked by the
+            configuration; the API server has the last word (a refused Job is a failed remedy).
+        pod: the runner pod's own object, or None (a runner outside the cluster).
+        deadline: seconds (``activeDeadlineSeconds``: the remedy's period, else the run deadline).
+        owner: the NodeFence (apiVersion, kind, metadata.name/uid), or None.
+    """
+    tmeta = dict(template.get("metadata") or {})
+    spec = json.loads(json.dumps(template.get("spec") or {}))  # a deep copy
+    runner = (pod or {}).get("spec") or {}
+    keep_off = {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": [node]}
+    required = (
+        spec.setdefault("affinity", {})
+        .setdefault("nodeAffinity", {})
+        .setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
+    )
+    terms = required.get("nodeSelectorTerms") or [{}]
+    required["nodeSelectorTerms"] = [
+        {**t, "matchExpressions": [*(t.get("matchExpressions") or []), keep_off]} for t in terms
+    ]
+    env: list[dict[str, Any]] = [
+        {"name": NODE_ENV, "value": node},
+        {"name": REMEDY_ENV, "value": remedy},
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+    ]
+    ours = {str(e["name"]) for e in env}
+    for c in spec.get("containers") or []:
+        c["env"] = [*(e for e in c.get("env") or [] if e.get("name") not in ours), *env]
+    spec["restartPolicy"] = "Never"
+    for key in ("nodeSelector", "tolerations"):
+        if not spec.get(key) and runner.get(key):
+            spec[key] = runner[key]
+    labels = {
+        **{str(k): str(v) for k, v in (tmeta.get("labels") or {}).items()},
+        **JOB_LABELS,
+        "remediation.noderemedy.io/node": node,
+        "remediation.noderemedy.io/remedy": remedy,
+    }
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": labels}
+    if owner is not None:
+        ometa = owner.get("metadata") or {}
+        meta["ownerReferences"] = [
+            {
+                "apiVersion": owner.get("apiVersion"),
+                "kind": owner.get("kind"),
+                "name": ometa.get("name"),
+                "uid": ometa.get("uid"),
+            }
+        ]
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": meta,
+        "spec": {
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": max(1, int(round(deadline))),
+            "ttlSecondsAfterFinished": JOB_TTL_SECONDS,
+            "template": {"metadata": {**tmeta, "labels": labels}, "spec": spec},
+        },
+    }
+
+
+#: Reasons a container of a Job's pod waits with that will not pass by themselves: the run ends
+#: at once as failed, naming it, instead of at its deadline.
+STUCK_REASONS = frozenset(
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "ErrImageNeverPull",
+        "InvalidImageName",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+    }
+)
+
+
+class JobRuns:
+    """Jobs in ``namespace`` as runs: create or adopt one, wait for it to end, read its outcome
+    (the one place the runner creates, reads and deletes Jobs; every call through the kube layer).
+
+    Args:
+        api_client: the runner's ApiClient.
+        namespace: where the Jobs live (the runner's own namespace).
+    """
+
+    def __init__(self, api_client: client.ApiClient, namespace: str) -> None:
+        self.namespace = namespace
+        self.batch = api(api_client, client.BatchV1Api)
+        self.core = api(api_client, client.CoreV1Api)
+
+    def start(
+        self, body: Mapping[str, Any], *, ident: str, uid: str, node: str, kind: str, name: str
+    ) -> tuple[dict[str, Any] | None, bool, str]:
+        """Adopt Job ``body.metadata.name`` when it exists and belongs to the object ``uid`` (or to
+        no object); delete it first when it belongs to an earlier object of the same name (the
+        detector re-creates a node's NodeFence: never take its predecessor's outcome); else create
+        it and annotate ``node`` (:meth:`annotate`). Returns (the Job, adopted, error): the Job
+        None and the API's refusal in ``error`` when the create is refused (an invalid spec: 422).
+        Raises :class:`KubeError` for other API failures (the caller retries)."""
+        jname = str(body["metadata"]["name"])
+        existing = self.read(jname)
+        if existing is not None and uid and not owned_by(existing, uid):
+            log.info("run %s: Job %s belongs to an earlier %s %s: deleted", ident, jname, kind, name)
+            self.delete_and_wait(jname)
+            existing = None
+        if existing is not None:
+            log.info("run %s: Job %s already exists: adopted", ident, jname)
+            return existing, True, ""
+        try:
+            created = read_json(
+                self.batch.create_namespaced_job(self.namespace, cast(Any, body), _preload_content=False)
+            )
+        except KubeError as exc:
+            if exc.retryable:
+                raise
+            return None, False, f"Job {jname}: {exc}"
+        self.annotate(node, jname)
+        return created, False, ""
+
+    def annotate(self, node: str, jname: str) -> None:
+        """The node remedy seed's annotations on the Node: when its remediation pod started
+        (:data:`TIMESTAMP_ANNOTATION`) and which (:data:`JOB_ANNOTATION`), for admins and tools
+        looking at the Node. A failure is logged, never fatal: the Job itself is the record a
+        restarted runner adopts (its name comes from the run)."""
+        if not node:
+            return
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        body = {
+            "metadata": {
+                "annotations": {TIMESTAMP_ANNOTATION: stamp, JOB_ANNOTATION: f"{self.namespace}/{jname}"}
+            }
+        }
+        try:
+            self.core.patch_node(node, body)
+        except KubeError as exc:
+            log.warning("annotating node %s with its remediation Job %s: %s", node, jname, exc)
+
+    def delete_and_wait(self, jname: str, timeout: float = 60.0) -> None:
+        """Delete Job ``jname`` with its pods (foreground) and wait until it is gone; KubeError
+        ``timeout`` naming it when it is still there after ``timeout`` seconds."""
+        try:
+            self.batch.delete_namespaced_job(jname, self.namespace, propagation_policy="Foreground")
+        except NotFound:
+            return
+        deadline = time.monotonic() + timeout
+        while self.read(jname) is not None:
+            if time.monotonic() > deadline:
+                raise KubeError(f"Job {jname}: still there {timeout:g} s after its deletion", "timeout")
+            time.sleep(POLL_SECONDS)
+
+    def read(self, jname: str) -> dict[str, Any] | None:
+        """Job ``jname``, or None when it does not exist."""
+        try:
+            resp = self.batch.read_namespaced_job(jname, self.namespace, _preload_content=False)
+        except NotFound:
+            return None
+        return read_json(resp)
+
+    def pods(self, jname: str) -> list[dict[str, Any]]:
+        """The pods of Job ``jname``."""
+        resp = self.core.list_namespaced_pod(
+            self.namespace, label_selector=f"job-name={jname}", _preload_content=False
+        )
+        return list(read_json(resp).get("items") or [])
+
+    def wait(
+        self,
+        job: Mapping[str, Any],
+        ident: str,
+        cancel: threading.Event,
+        recovered: bool,
+        message_required: bool = True,
+    ) -> RunOutcome:
+        """Until Job ``job`` ends (its Complete or Failed condition), then its pod's outcome
+        (:meth:`outcome`). A pod stuck in one of :data:`STUCK_REASONS` (an image that does not exist,
+        a config it cannot start with) ends the run at once as failed, its Job deleted: waiting for
+        the deadline would change nothing. ``cancel``: the Job is deleted (its pod with it) and the
+        outcome is ``canceled``."""
+        jname = str(job["metadata"]["name"])
+        started = time.monotonic()
+        while True:
+            conds = {c.get("type"): c for c in (job.get("status") or {}).get("conditions") or []}
+            done = [t for t in ("Complete", "Failed") if (conds.get(t) or {}).get("status") == "True"]
+            if done:
+                return self.outcome(
+                    jname, ident, done[0], conds[done[0]], recovered, started, message_required
+                )
+            if cancel.wait(POLL_SECONDS):
+                try:
+                    self.batch.delete_namespaced_job(jname, self.namespace, propagation_policy="Background")
+                except NotFound:
+                    pass
+                return RunOutcome(ident, "canceled", None, failed_tasks=("canceled: the Job was deleted",))
+            try:
+                again = self.read(jname)
+                stuck = (
+                    self.stuck(jname)
+                    if again is not None and (again.get("status") or {}).get("active")
+                    else ""
+                )
+            except KubeError as exc:
+                log.warning("run %s: reading Job %s: %s", ident, jname, exc)
+                continue
+            if again is None:
+                return RunOutcome(ident, "error", None, failed_tasks=(f"Job {jname} was deleted",))
+            if stuck:
+                log.info("run %s: Job %s cannot start: %s; deleted", ident, jname, stuck)
+                try:
+                    self.batch.delete_namespaced_job(jname, self.namespace, propagation_policy="Background")
+                except NotFound:
+                    pass
+                return RunOutcome(
+                    ident, "failed", None, failed_tasks=(f"Job {jname}: {stuck}",),
+                    seconds=time.monotonic() - started, recovered=recovered,
+                )  # fmt: skip
+            job = again
+
+    def stuck(self, jname: str) -> str:
+        """``"pod <name> container <c>: <reason>: <message>"`` for the first container of Job
+        ``jname``'s pods waiting with one of :data:`STUCK_REASONS`; ``""`` when none is."""
+        for pod in self.pods(jname):
+            status = pod.get("status") or {}
+            for cs in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
+                waiting = (cs.get("state") or {}).get("waiting") or {}
+                if waiting.get("reason") in STUCK_REASONS:
+                    message = str(waiting.get("message") or "")[:300]
+                    return f"pod {pod['metadata']['name']} container {cs.get('name')}: {waiting['reason']}: {message}"
+        return ""
+
+    def outcome(
+        self,
+        jname: str,
+        ident: str,
+        ended: str,
+        cond: Mapping[str, Any],
+        recovered: bool,
+        started: float,
+        message_required: bool = True,
+    ) -> RunOutcome:
+        """The outcome from the Job's pod's termination message (a run of ours:
+        :func:`outcome_from_dict`); a Job that ended without one (deadline, a pod that never
+        started) is a failed run naming why. With ``message_required`` False (a user's pod
+        template), a Complete Job is a successful run and a Failed one names its pod's exit."""
+        exits: list[str] = []
+        for pod in self.pods(jname):
+            for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+                term = (cs.get("state") or {}).get("terminated") or {}
+                message = term.get("message")
+                if term:
+                    exits.append(
+                        f"container {cs.get('name')} exited {term.get('exitCode')} ({term.get('reason', '')})"
+                        + (f": {str(message)[:300]}" if message and not message_required else "")
+                    )
+                if message and message_required:
+                    try:
+                        out = outcome_from_dict(json.loads(message), recovered=recovered)
+                    except ValueError as exc:
+                        return RunOutcome(
+                            ident, "error", term.get("exitCode"), failed_tasks=(f"Job {jname}: {exc}",)
+                        )
+                    log.info("run %s: Job %s %s: %s", ident, jname, ended, out.status)
+                    return out
+        seconds = time.monotonic() - started
+        if not message_required and ended == "Complete":
+            log.info("run %s: Job %s Complete", ident, jname)
+            return RunOutcome(ident, "successful", 0, seconds=seconds, recovered=recovered)
+        reason = f"{cond.get('reason', ended)}: {cond.get('message', '')}".strip(": ")
+        if exits:
+            reason += "; " + "; ".join(exits[:3])
+        status = "timeout" if cond.get("reason") == "DeadlineExceeded" else "failed"
+        log.info("run %s: Job %s %s without an outcome (%s)", ident, jname, ended, reason)
+        return RunOutcome(
+            ident,
+            status,
+            None,
+            failed_tasks=(f"Job {jname}: {reason}",),
+            seconds=seconds,
+            recovered=recovered,
+        )
+
+
 class JobExecutor(Executor):
     """Runs each playbook action as a Job (module docstring) instead of in this process; the
     same :meth:`run` contract as :class:`Executor` (slots, deadline, cancel, a finished run not
@@ -235,8 +544,7 @@ class JobExecutor(Executor):
         super().__init__(*args, **kwargs)
         self.namespace = namespace
         self.pod = pod
-        self.batch = api(api_client, client.BatchV1Api)
-        self.core = api(api_client, client.CoreV1Api)
+        self.jobs = JobRuns(api_client, namespace)
 
     def run(
         self,
@@ -261,16 +569,10 @@ class JobExecutor(Executor):
             extravars.update(extra_extravars)
         node = str(extravars.get("node") or "")
         jname = job_name(run_ident)
-        existing = self._read(jname)
-        if existing is not None and uid and not owned_by(existing, uid):
-            # a Job of the same name left by an earlier object of the same name (the detector
-            # re-creates a node's NodeFence): never adopt its outcome; it goes first
-            log.info("run %s: Job %s belongs to an earlier %s %s: deleted", run_ident, jname, kind, name)
-            self._delete_and_wait(jname)
-            existing = None
-        if existing is not None:
+        existing = self.jobs.read(jname)
+        if existing is not None and (not uid or owned_by(existing, uid)):
             log.info("run %s: Job %s already exists: adopted", run_ident, jname)
-            return self._wait(existing, run_ident, cancel or threading.Event(), recovered=True)
+            return self.jobs.wait(existing, run_ident, cancel or threading.Event(), recovered=True)
         cancel = cancel or threading.Event()
         if not self.slots.acquire(priority, cancel):
             return RunOutcome(run_ident, "canceled", None)
@@ -292,113 +594,16 @@ class JobExecutor(Executor):
             )
             log.info("run %s: %s for %s %s as Job %s", run_ident, action.playbook, kind, name, jname)
             try:
-                created = read_json(
-                    self.batch.create_namespaced_job(self.namespace, cast(Any, body), _preload_content=False)
+                job, adopted, error = self.jobs.start(
+                    body, ident=run_ident, uid=uid, node=node, kind=kind, name=name
                 )
             except KubeError as exc:
                 return RunOutcome(run_ident, "error", None, failed_tasks=(f"Job {jname}: {exc}",))
-            self._annotate(node, jname)
-            return self._wait(created, run_ident, cancel, recovered=False)
+            if job is None:
+                return RunOutcome(run_ident, "error", None, failed_tasks=(error,))
+            return self.jobs.wait(job, run_ident, cancel, recovered=adopted)
         finally:
             self.slots.release()
-
-    def _annotate(self, node: str, jname: str) -> None:
-        """The node remedy seed's annotations on the Node: when its remediation pod started
-        (:data:`TIMESTAMP_ANNOTATION`) and which (:data:`JOB_ANNOTATION`), for admins and tools
-        looking at the Node. A failure is logged, never fatal: the Job itself is the record a
-        restarted runner adopts (its name comes from the run's ident)."""
-        if not node:
-            return
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        body = {
-            "metadata": {
-                "annotations": {TIMESTAMP_ANNOTATION: stamp, JOB_ANNOTATION: f"{self.namespace}/{jname}"}
-            }
-        }
-        try:
-            self.core.patch_node(node, body)
-        except KubeError as exc:
-            log.warning("annotating node %s with its remediation Job %s: %s", node, jname, exc)
-
-    def _delete_and_wait(self, jname: str, timeout: float = 60.0) -> None:
-        """Delete Job ``jname`` with its pods (foreground) and wait until it is gone; KubeError
-        ``timeout`` naming it when it is still there after ``timeout`` seconds."""
-        try:
-            self.batch.delete_namespaced_job(jname, self.namespace, propagation_policy="Foreground")
-        except NotFound:
-            return
-        deadline = time.monotonic() + timeout
-        while self._read(jname) is not None:
-            if time.monotonic() > deadline:
-                raise KubeError(f"Job {jname}: still there {timeout:g} s after its deletion", "timeout")
-            time.sleep(POLL_SECONDS)
-
-    def _read(self, jname: str) -> dict[str, Any] | None:
-        try:
-            resp = self.batch.read_namespaced_job(jname, self.namespace, _preload_content=False)
-        except NotFound:
-            return None
-        return read_json(resp)
-
-    def _wait(
-        self, job: Mapping[str, Any], ident: str, cancel: threading.Event, recovered: bool
-    ) -> RunOutcome:
-        """Until Job ``job`` ends (its Complete or Failed condition), then its pod's outcome.
-        ``cancel``: the Job is deleted (its pod with it) and the outcome is ``canceled``."""
-        jname = str(job["metadata"]["name"])
-        started = time.monotonic()
-        while True:
-            conds = {c.get("type"): c for c in (job.get("status") or {}).get("conditions") or []}
-            done = [t for t in ("Complete", "Failed") if (conds.get(t) or {}).get("status") == "True"]
-            if done:
-                return self._outcome(jname, ident, done[0], conds[done[0]], recovered, started)
-            if cancel.wait(POLL_SECONDS):
-                try:
-                    self.batch.delete_namespaced_job(jname, self.namespace, propagation_policy="Background")
-                except NotFound:
-                    pass
-                return RunOutcome(ident, "canceled", None, failed_tasks=("canceled: the Job was deleted",))
-            try:
-                again = self._read(jname)
-            except KubeError as exc:
-                log.warning("run %s: reading Job %s: %s", ident, jname, exc)
-                continue
-            if again is None:
-                return RunOutcome(ident, "error", None, failed_tasks=(f"Job {jname} was deleted",))
-            job = again
-
-    def _outcome(
-        self, jname: str, ident: str, ended: str, cond: Mapping[str, Any], recovered: bool, started: float
-    ) -> RunOutcome:
-        """The outcome from the Job's pod's termination message; a Job that ended without one
-        (deadline, image not found, a pod that never started) is a failed run naming why."""
-        pods = self.core.list_namespaced_pod(
-            self.namespace, label_selector=f"job-name={jname}", _preload_content=False
-        )
-        for pod in read_json(pods).get("items") or []:
-            for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-                term = (cs.get("state") or {}).get("terminated") or {}
-                message = term.get("message")
-                if message:
-                    try:
-                        out = outcome_from_dict(json.loads(message), recovered=recovered)
-                    except ValueError as exc:
-                        return RunOutcome(
-                            ident, "error", term.get("exitCode"), failed_tasks=(f"Job {jname}: {exc}",)
-                        )
-                    log.info("run %s: Job %s %s: %s", ident, jname, ended, out.status)
-                    return out
-        reason = f"{cond.get('reason', ended)}: {cond.get('message', '')}".strip(": ")
-        status = "timeout" if cond.get("reason") == "DeadlineExceeded" else "failed"
-        log.info("run %s: Job %s %s without an outcome (%s)", ident, jname, ended, reason)
-        return RunOutcome(
-            ident,
-            status,
-            None,
-            failed_tasks=(f"Job {jname}: {reason}",),
-            seconds=time.monotonic() - started,
-            recovered=recovered,
-        )
 
 
 def owned_by(job: Mapping[str, Any], uid: str) -> bool:
@@ -447,8 +652,12 @@ __all__ = [
     "JOB_ANNOTATION",
     "JOB_ENV",
     "JOB_LABELS",
+    "STUCK_REASONS",
+    "JobRuns",
     "TIMESTAMP_ANNOTATION",
     "NODE_ENV",
+    "REMEDY_ENV",
+    "remedy_job_manifest",
     "JobExecutor",
     "job_manifest",
     "job_name",

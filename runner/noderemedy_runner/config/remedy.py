@@ -24,9 +24,25 @@ Defaults (documented in docs/operations.md):
 * ``nodeSelector``: every node.
 * ``thresholdConfigs``: NodeHealthCheck's defaults, Ready ``False`` or ``Unknown`` for 300 s.
 * remedies: ``fence`` (a NodeFence, whose steps come from ``fence-config-<node>``); recovery:
-  ``recovery``. noderemedy's only remedy is the NodeFence flow; the names are validated and
-  recorded on the NodeFence (annotation) but do not select pods: the seed's ``remedyConfigs``
-  (pod templates) are accepted and reported as unused (:attr:`ConfigurationSet.warnings`).
+  ``recovery``.
+
+Remedies (the seed's ``remedyConfigs``; escalation as NodeHealthCheck's
+``escalatingRemediations``)::
+
+    remedyConfigs:
+    - name: repair                   # a remedy named in remedyN
+      podTemplate:                   # a PodTemplateSpec: run as a Job, the node in $NODEREMEDY_NODE
+        spec: {containers: [{name: repair, image: IMAGE:VERSION}]}
+    - name: terminate
+      executor: job                  # no podTemplate: the fence flow, its runs here as Jobs
+
+A remedy whose name has a ``podTemplate`` runs that template as a Job
+(:func:`noderemedy_runner.jobs.remedy_job_manifest`); every other name is the fence flow of
+``fence-config-<node>``, its runs in the runner's process or as Jobs (``executor``; default: the
+runner's ``--executor``). The remedies of ``remedy1``, ``remedy2``, ... run in that order (the
+items of one list too), each given its ``period`` to make the node healthy before the next starts
+(:mod:`noderemedy_runner.machines.remedies`). The fence flow ends the chain (it fences, releases
+and recovers the node, with its own retries), so a remedy after it is refused.
 * ``stormGuard``: on, ``minHealthy: 51%`` (NodeHealthCheck's default: more than half the
   selected nodes must be healthy) and ``cooldown: 300s``.
 
@@ -35,9 +51,10 @@ Every error is a :class:`ConfigError` naming the source, the document and the fi
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import yaml
@@ -75,6 +92,7 @@ _TOP_FIELDS = {
 _THRESHOLD_FIELDS = {"nodeConditionType", "nodeConditionStatus", "nodeConditionPeriod", "recovery", "remedy"}
 _REMEDY_KEY_RE = re.compile(r"^remedy(\d+)?$")
 _REMEDY_FIELDS = {"name", "period", "clean-resources", "clean-resourece"}  # the seed's spelling too
+_REMEDY_CONFIG_FIELDS = {"name", "podTemplate", "executor"}
 _STORM_FIELDS = {"maxUnhealthy", "minHealthy", "unhealthyRange", "cooldown", "enabled"}
 _RANGE_RE = re.compile(r"^\[(\d+)-(\d+)\]$")
 _PERCENT_RE = re.compile(r"^(\d+)%$")
@@ -102,14 +120,53 @@ class IntOrPercent:
         return f"{self.value}%" if self.percent else str(self.value)
 
 
+EXECUTORS = ("job", "inprocess")
+
+
 @dataclass(frozen=True)
 class Remedy:
     """One remedy of the seed's ``remedyN``/``recovery`` lists: ``name``, ``period`` (seconds to
-    give it before the next remedy, None = unbounded), ``clean_resources``."""
+    give it before the next remedy, None = unbounded), ``clean_resources`` (after a pod remedy
+    succeeded: fence the node and release its workloads on that verified fence), and from its
+    ``remedyConfigs`` entry ``pod_template`` (the PodTemplateSpec as canonical JSON; None: the
+    fence flow) and ``executor`` (``job``/``inprocess`` for the fence flow's runs; None: the
+    runner's default)."""
 
     name: str
     period: float | None = None
     clean_resources: bool = False
+    pod_template: str | None = None
+    executor: str | None = None
+
+    @property
+    def pod(self) -> bool:
+        """Whether this remedy runs a pod template (else: the fence flow)."""
+        return self.pod_template is not None
+
+    def template(self) -> dict[str, Any]:
+        """The PodTemplateSpec (a fresh dict); ``{}`` for a fence-flow remedy."""
+        return json.loads(self.pod_template) if self.pod_template else {}
+
+    def chain_entry(self) -> dict[str, Any]:
+        """JSON for the NodeFence annotation ``remediation.noderemedy.io/remedy-chain``:
+        ``name``, ``period`` (seconds or null), ``cleanResources``, ``pod``, ``executor``."""
+        return {
+            "name": self.name,
+            "period": self.period,
+            "cleanResources": self.clean_resources,
+            "pod": self.pod,
+            "executor": self.executor,
+        }
+
+
+@dataclass(frozen=True)
+class RemedyConfig:
+    """One ``remedyConfigs`` entry: ``name``, ``pod_template`` (canonical JSON or None),
+    ``executor`` (``job``/``inprocess`` or None)."""
+
+    name: str
+    pod_template: str | None = None
+    executor: str | None = None
 
 
 @dataclass(frozen=True)
@@ -127,6 +184,10 @@ class Threshold:
     def describe(self) -> str:
         """``Ready in {False,Unknown} for 300s``: for events and annotations."""
         return f"{self.condition_type} in {{{','.join(sorted(self.statuses))}}} for {self.period:g}s"
+
+    def chain(self) -> tuple[Remedy, ...]:
+        """The remedies in the order they escalate: ``remedy1``'s items, then ``remedy2``'s, ..."""
+        return tuple(r for step in self.remedies for r in step)
 
 
 @dataclass(frozen=True)
@@ -165,6 +226,11 @@ class RemedyConfiguration:
     thresholds: tuple[Threshold, ...] = DEFAULT_THRESHOLDS
     storm_guard: StormGuard = field(default_factory=lambda: StormGuard(min_healthy=IntOrPercent(51, True)))
     pause_requests: tuple[str, ...] = ()
+    remedy_configs: tuple[RemedyConfig, ...] = ()
+
+    def remedy_config(self, name: str) -> RemedyConfig | None:
+        """The ``remedyConfigs`` entry named ``name``, or None."""
+        return next((r for r in self.remedy_configs if r.name == name), None)
 
     def selects(self, labels: Mapping[str, str]) -> bool:
         """Whether a node with ``labels`` is watched by this Configuration."""
@@ -174,10 +240,15 @@ class RemedyConfiguration:
 @dataclass(frozen=True)
 class ConfigurationSet:
     """Every Configuration of a source, in order (a node belongs to the first that selects it),
-    plus ``warnings`` (accepted but unused settings, e.g. the seed's ``remedyConfigs``)."""
+    plus ``warnings`` (settings that are never used, e.g. a ``remedyConfigs`` entry that no
+    ``remedyN`` names)."""
 
     configurations: tuple[RemedyConfiguration, ...]
     warnings: tuple[str, ...] = ()
+
+    def named(self, name: str) -> RemedyConfiguration | None:
+        """The Configuration whose ``metadata.name`` is ``name``, or None."""
+        return next((c for c in self.configurations if c.name == name), None)
 
     def for_node(self, labels: Mapping[str, str]) -> RemedyConfiguration | None:
         """The first Configuration selecting a node with ``labels``, or None."""
@@ -353,6 +424,103 @@ def _threshold(data: Any, where: str) -> Threshold:
     return Threshold(ctype, statuses, period, remedies or ((Remedy(DEFAULT_REMEDY),),), recovery)
 
 
+def _pod_template(value: Any, where: str) -> str:
+    """A PodTemplateSpec's shape (``metadata`` a map, ``spec.containers`` a non-empty list of maps
+    with a ``name`` and an ``image``), as canonical JSON. What the shape allows may still be refused
+    by the API server when the Job is created: the NodeFence then says so, naming the remedy."""
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where}: a PodTemplateSpec (a map with spec.containers)")
+    unknown = sorted(set(map(str, value)) - {"metadata", "spec"})
+    if unknown:
+        raise ConfigError(f"{where}: unknown fields {unknown} (a PodTemplateSpec has metadata and spec)")
+    if not isinstance(value.get("metadata") or {}, Mapping):
+        raise ConfigError(f"{where}.metadata: a map")
+    spec = value.get("spec")
+    if not isinstance(spec, Mapping):
+        raise ConfigError(f"{where}.spec: required, a PodSpec (a map with containers)")
+    containers = spec.get("containers")
+    if not isinstance(containers, list) or not containers:
+        raise ConfigError(f"{where}.spec.containers: a non-empty list of containers")
+    for i, c in enumerate(containers):
+        if not isinstance(c, Mapping):
+            raise ConfigError(f"{where}.spec.containers[{i}]: a container is a map with name and image")
+        for key in ("name", "image"):
+            if not isinstance(c.get(key), str) or not c.get(key):
+                raise ConfigError(f"{where}.spec.containers[{i}].{key}: required, a string")
+    if spec.get("restartPolicy", "Never") != "Never":
+        raise ConfigError(
+            f"{where}.spec.restartPolicy: {spec.get('restartPolicy')!r}; a remedy pod runs once (Never): "
+            "retries belong to the escalation"
+        )
+    try:
+        return json.dumps(value, sort_keys=True)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{where}: not JSON-able ({exc})") from exc
+
+
+def _remedy_configs(value: Any, where: str) -> tuple[RemedyConfig, ...]:
+    """The seed's ``remedyConfigs``: a list of ``{name, podTemplate}`` or ``{name, executor}``."""
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise ConfigError(f"{where}: a list of maps, each with a name")
+    out: list[RemedyConfig] = []
+    for i, item in enumerate(value):
+        at = f"{where}[{i}]"
+        if not isinstance(item, Mapping):
+            raise ConfigError(f"{at}: a map with name and podTemplate or executor")
+        unknown = sorted(set(map(str, item)) - _REMEDY_CONFIG_FIELDS)
+        if unknown:
+            raise ConfigError(f"{at}: unknown fields {unknown} (allowed: executor, name, podTemplate)")
+        name = item.get("name")
+        if not isinstance(name, str) or not _NAME_RE.match(name):
+            raise ConfigError(f"{at}.name: {name!r} is not a lowercase name like 'repair'")
+        if any(r.name == name for r in out):
+            raise ConfigError(f"{at}.name: {name!r} used twice")
+        executor = item.get("executor")
+        if executor is not None and executor not in EXECUTORS:
+            raise ConfigError(f"{at}.executor: {executor!r} not one of {', '.join(EXECUTORS)}")
+        template = None
+        if "podTemplate" in item:
+            if executor is not None:
+                raise ConfigError(
+                    f"{at}.executor: a podTemplate remedy always runs as a Job; executor is for the fence flow"
+                )
+            template = _pod_template(item["podTemplate"], f"{at}.podTemplate")
+        out.append(RemedyConfig(name, template, executor))
+    return tuple(out)
+
+
+def _resolve(th: Threshold, cfgs: tuple[RemedyConfig, ...], where: str, warnings: list[str]) -> Threshold:
+    """``th`` with each remedy's pod template and executor from ``cfgs``; refuses a remedy that
+    comes after a fence-flow remedy (the fence flow ends the chain)."""
+    by_name = {c.name: c for c in cfgs}
+
+    def resolved(r: Remedy) -> Remedy:
+        c = by_name.get(r.name)
+        return replace(r, pod_template=c.pod_template, executor=c.executor) if c else r
+
+    remedies = tuple(tuple(resolved(r) for r in step) for step in th.remedies)
+    flow: str | None = None
+    for step in remedies:
+        for r in step:
+            if flow is not None:
+                raise ConfigError(
+                    f"{where}: remedy {r.name!r} comes after {flow!r}, which runs the fence flow "
+                    "(no podTemplate in remedyConfigs) and ends the escalation"
+                )
+            if not r.pod:
+                flow = r.name
+    recovery = tuple(resolved(r) for r in th.recovery)
+    pods = [r.name for r in recovery if r.pod]
+    if pods:
+        warnings.append(
+            f"{where}.recovery: {pods} have a podTemplate, which recovery does not run: recovery is the "
+            "recovery step of fence-config-<node>"
+        )
+    return replace(th, remedies=remedies, recovery=recovery)
+
+
 def _count(value: Any, where: str) -> IntOrPercent:
     if isinstance(value, bool):
         raise ConfigError(f"{where}: {value!r} is not a count or a percentage like 40%")
@@ -454,17 +622,16 @@ def parse_configuration(doc: Any, source: str, index: int = 0) -> tuple[RemedyCo
     if not isinstance(pauses, list) or not all(isinstance(p, str) and p for p in pauses):
         raise ConfigError(f"{where}: pauseRequests: a list of non-empty strings (reasons)")
     warnings: list[str] = []
-    remedy_cfgs = doc.get("remedyConfigs")
-    if remedy_cfgs is not None:
-        if not isinstance(remedy_cfgs, list) or not all(
-            isinstance(r, Mapping) and isinstance(r.get("name"), str) for r in remedy_cfgs
-        ):
-            raise ConfigError(f"{where}: remedyConfigs: a list of maps, each with a name")
-        warnings.append(
-            f"{where}: remedyConfigs ({', '.join(r['name'] for r in remedy_cfgs)}) are not run: "
-            "noderemedy's remedy is the NodeFence flow of fence-config-<node>"
-        )
-    return RemedyConfiguration(name, selector, thresholds, guard, tuple(pauses)), warnings
+    remedy_cfgs = _remedy_configs(doc.get("remedyConfigs"), f"{where}: remedyConfigs")
+    thresholds = tuple(
+        _resolve(t, remedy_cfgs, f"{where}: thresholdConfigs[{i}]", warnings)
+        for i, t in enumerate(thresholds)
+    )
+    used = {r.name for t in thresholds for r in t.chain()}
+    unused = [r.name for r in remedy_cfgs if r.name not in used]
+    if unused and raw_thresholds is not None:
+        warnings.append(f"{where}: remedyConfigs {unused} are named by no remedyN list: never run")
+    return RemedyConfiguration(name, selector, thresholds, guard, tuple(pauses), remedy_cfgs), warnings
 
 
 def parse_configurations(text: str, source: str) -> ConfigurationSet:
@@ -540,7 +707,9 @@ __all__ = [
     "ConfigError",
     "ConfigurationSet",
     "IntOrPercent",
+    "EXECUTORS",
     "Remedy",
+    "RemedyConfig",
     "RemedyConfiguration",
     "StormGuard",
     "Threshold",

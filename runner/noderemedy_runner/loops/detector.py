@@ -61,6 +61,7 @@ from noderemedy_runner.machines.nodefence import (
     NodeFenceStatus,
     decide,
 )
+from noderemedy_runner.machines.remedies import CHAIN_ANNOTATION
 from noderemedy_runner.machines.storm import StormState
 from noderemedy_runner.metrics import Metrics
 
@@ -482,6 +483,7 @@ class Detector:
                         ANNOTATION_PREFIX + "configuration": str(a.config),
                         ANNOTATION_PREFIX + "threshold": th.describe() if th else "",
                         ANNOTATION_PREFIX + "remedies": json.dumps(remedies),
+                        CHAIN_ANNOTATION: json.dumps([r.chain_entry() for r in th.chain()] if th else []),
                         ANNOTATION_PREFIX + "recovery": json.dumps(
                             [r.name for r in th.recovery] if th else []
                         ),

@@ -25,6 +25,7 @@ from noderemedy_runner.machines.conditions import parse_time
 from noderemedy_runner.machines.nodefence import (
     StepResult,
 )
+from noderemedy_runner.machines.remedies import PodRemedyResult
 from noderemedy_runner.observer import NullObserver, Observer
 
 #: Seconds a fence reading held in memory may license a taint; older → verify_fence again.
@@ -36,8 +37,8 @@ ERROR_REQUEUE_SECONDS = 10.0
 @dataclass
 class InMemory:
     """What a reconciler keeps in memory about one custom resource between two decisions: the last
-    step result, the last fence reading with the module evidence that proves it, and the count of
-    failed power runs. Lost on a restart, by design: the status holds what the machines need, and
+    step result, the last fence reading with the module evidence that proves it, the count of
+    failed power runs and how the last pod remedy's Job ended. Lost on a restart, by design: the status holds what the machines need, and
     a lost reading only makes the machine read the fence back again."""
 
     result: StepResult | None = None
@@ -46,6 +47,7 @@ class InMemory:
     power_failures: int = 0
     power_refused: bool = False
     notes: list[str] = field(default_factory=list)
+    remedy_result: PodRemedyResult | None = None
 
     def evidence_for(self, action: Action) -> dict[str, Any] | None:
         """The fence evidence that licenses ``action`` (a ``taint_out_of_service``), or None.

@@ -60,6 +60,7 @@ from noderemedy_runner.loops.memory import (
     taint_event,
 )
 from noderemedy_runner.loops.release import ReleaseLedger, observe_left, observe_stale
+from noderemedy_runner.loops.remedies import PodRemedies
 from noderemedy_runner.machines.actions import (
     Action,
     FenceReading,
@@ -84,12 +85,35 @@ from noderemedy_runner.machines.nodefence import (
     is_terminal,
     new_level_outcomes,
 )
+from noderemedy_runner.machines.remedies import (
+    CHAIN_ANNOTATION,
+    REMEDIES_EXHAUSTED,
+    REMEDY_ESCALATED,
+    REMEDY_FAILED,
+    REMEDY_STARTED,
+    REMEDY_SUCCEEDED,
+    ChainError,
+    ChainRemedy,
+    PodRemedyResult,
+    parse_chain,
+)
 from noderemedy_runner.observer import Observer
 
 log = logging.getLogger(__name__)
 
 #: Condition reason when the fence configuration cannot be used.
 FENCE_CONFIG_INVALID = "FenceConfigInvalid"
+#: Condition reason when the remedy chain annotation cannot be read.
+REMEDY_CHAIN_INVALID = "RemedyChainInvalid"
+#: Condition reason when a remedy asks for an executor this runner does not have.
+EXECUTOR_UNAVAILABLE = "ExecutorUnavailable"
+#: Remedy escalation reasons recorded as an Event each (Warning: a remedy that failed).
+REMEDY_EVENTS = {
+    REMEDY_STARTED: "Normal",
+    REMEDY_SUCCEEDED: "Normal",
+    REMEDY_ESCALATED: "Normal",
+    REMEDY_FAILED: "Warning",
+}
 
 
 def load_fence_config(
@@ -125,6 +149,10 @@ class NodeFenceReconciler(Reconciler):
         namespace: where the fence ConfigMaps and credentials Secrets live.
         policy: the machine's tunables (seconds).
         cloud: the seed's default fence configuration for cloud nodes without a ConfigMap.
+        remedies: runs the pod remedies of remedy chains (:class:`~noderemedy_runner.loops.remedies.PodRemedies`);
+            None: a chain with a pod remedy fails that remedy, saying so.
+        executors: the fence flow's executors by name (``job``, ``inprocess``) for a remedy that
+            names one (``remedyConfigs[].executor``); ``executor`` is the default.
     """
 
     kind = "NodeFence"
@@ -140,21 +168,27 @@ class NodeFenceReconciler(Reconciler):
         observer: Observer | None = None,
         clock: Callable[[], float] = time.time,
         dry_run: bool = False,
+        remedies: PodRemedies | None = None,
+        executors: Mapping[str, Executor] | None = None,
     ) -> None:
         super().__init__(kube, executor, observer=observer, clock=clock, dry_run=dry_run)
         self.namespace = namespace
         self.policy = policy
         self.cloud = cloud
+        self.remedies = remedies
+        self.executors = dict(executors or {})
         self.releases = ReleaseLedger(policy.max_pods_released_per_minute)
 
-    def _config_error(self, obj: dict[str, Any], err: FenceConfigError) -> None:
+    def _config_error(self, obj: dict[str, Any], reason: str, message: str) -> None:
+        """Processing=False ``reason`` with ``message`` and a Warning Event, once (the same
+        condition is not written again): the NodeFence cannot go on until an admin fixes it."""
         status = NodeFenceStatus.from_dict(obj.get("status"))
-        message = str(err)[:1024]
+        message = message[:1024]
         cond = find_condition(status.conditions, "Processing")
-        if cond is not None and cond.reason == FENCE_CONFIG_INVALID and cond.message == message:
+        if cond is not None and cond.reason == reason and cond.message == message:
             return
         conds = set_condition(
-            status.conditions, "Processing", "False", FENCE_CONFIG_INVALID, message, self.clock(),
+            status.conditions, "Processing", "False", reason, message, self.clock(),
             status.observed_generation,
         )  # fmt: skip
         new = replace(status, conditions=conds).to_dict()
@@ -162,7 +196,22 @@ class NodeFenceReconciler(Reconciler):
             self.kube.replace_status(NODEFENCE, obj, new)
         except Conflict:
             return
-        self.kube.event(obj, "Warning", FENCE_CONFIG_INVALID, message)
+        self.kube.event(obj, "Warning", reason, message)
+
+    def _flow_executor(self, chain: tuple[ChainRemedy, ...]) -> Executor | str:
+        """The executor of the chain's fence flow (its remedy's ``executor``, else the default),
+        or why it cannot run (a str naming the remedy)."""
+        flow = next((r for r in chain if not r.pod), None)
+        if flow is None or flow.executor is None:
+            return self.executor
+        found = self.executors.get(flow.executor)
+        if found is None:
+            return (
+                f"remedy {flow.name}: executor {flow.executor} is not available in this runner "
+                f"(has: {', '.join(sorted(self.executors)) or 'its default only'}); "
+                "the job executor needs the runner in a pod"
+            )
+        return found
 
     def reconcile(
         self, name: str, cancel: threading.Event | None = None, max_actions: int = 100
@@ -198,8 +247,12 @@ class NodeFenceReconciler(Reconciler):
                 return None
             try:
                 config = load_fence_config(self.kube, self.namespace, node, self.cloud)
+                chain = parse_chain((meta.get("annotations") or {}).get(CHAIN_ANNOTATION))
             except FenceConfigError as err:
-                self._config_error(obj, err)
+                self._config_error(obj, FENCE_CONFIG_INVALID, str(err))
+                return ERROR_REQUEUE_SECONDS
+            except ChainError as err:
+                self._config_error(obj, REMEDY_CHAIN_INVALID, str(err))
                 return ERROR_REQUEUE_SECONDS
             now = self.clock()
             node_obj = self.kube.get_node(node)
@@ -243,8 +296,9 @@ class NodeFenceReconciler(Reconciler):
                 down_confirmed=_annotated(meta, CONFIRM_DOWN_ANNOTATION),
                 left_on_node=left,
                 stale_on_node=stale,
+                remedy_result=held.remedy_result,
             )
-            action = decide(name, status, obs, config, self.policy, self.namespace)
+            action = decide(name, status, obs, config, self.policy, self.namespace, chain)
             if not self.dry_run and (
                 action.releases_workloads
                 or (action.kind == "run_step" and action.extravars.get("release_workloads"))
@@ -253,7 +307,7 @@ class NodeFenceReconciler(Reconciler):
                 rate_hold = self.releases.hold(self.kube, node, now)
                 if rate_hold is not None:
                     obs = replace(obs, release_hold=rate_hold)
-                    action = decide(name, status, obs, config, self.policy, self.namespace)
+                    action = decide(name, status, obs, config, self.policy, self.namespace, chain)
             if action.reason in ("StartIsolation", "StartPowerManagement"):  # guards: docs/concepts.md
                 holds = start_holds(
                     self.kube.api, obj, node, now, self.policy.max_restarts, self.policy.max_power_fencing
@@ -267,7 +321,7 @@ class NodeFenceReconciler(Reconciler):
                         }
                 if holds:
                     obs = replace(obs, start_holds=holds)
-                    action = decide(name, status, obs, config, self.policy, self.namespace)
+                    action = decide(name, status, obs, config, self.policy, self.namespace, chain)
             log.debug("NodeFence %s: %s (%s)", name, action.kind, action.reason)
             if self.dry_run:
                 log.info("dry run: NodeFence %s would %s (%s)", name, action.kind, action.reason)
@@ -279,8 +333,26 @@ class NodeFenceReconciler(Reconciler):
             if action.kind == "write_status":
                 self._write(obj, status, action)  # on a 409 nothing was written: re-read, re-decide
                 continue
+            if action.kind == "run_remedy":
+                result = (
+                    self.remedies.run(obj, action, self.executor, cancel)
+                    if self.remedies is not None
+                    else PodRemedyResult(
+                        str(action.ident),
+                        False,
+                        message="this runner has no Configurations with pod remedies",
+                    )
+                )
+                if result is None:
+                    return None  # canceled: the Job is adopted by the next reconcile
+                held.remedy_result = result
+                continue
             if action.kind in ("run_step", "verify_fence"):
-                if not self._run_fence(obj, node, action, held, cancel):
+                executor = self._flow_executor(chain)
+                if isinstance(executor, str):
+                    self._config_error(obj, EXECUTOR_UNAVAILABLE, executor)
+                    return ERROR_REQUEUE_SECONDS
+                if not self._run_fence(obj, node, action, held, cancel, executor):
                     return None if cancel.is_set() else ERROR_REQUEUE_SECONDS
                 continue
             if action.kind in ("taint_out_of_service", "untaint_out_of_service"):
@@ -321,6 +393,11 @@ class NodeFenceReconciler(Reconciler):
             taint_event(
                 self.kube, obj, node, "Normal", action.reason, cond.message if cond else action.reason
             )
+        if action.reason in REMEDY_EVENTS and new.status == old.status:  # the escalation, step by step
+            cond = find_condition(new.conditions, "Processing")
+            self.kube.event(
+                obj, REMEDY_EVENTS[action.reason], action.reason, cond.message if cond else action.reason
+            )
         if action.reason in HOLD_REASONS:  # a guard holds the start of a step: say why
             cond = find_condition(new.conditions, "Processing")
             self.kube.event(obj, "Normal", action.reason, cond.message if cond is not None else action.reason)
@@ -346,7 +423,13 @@ class NodeFenceReconciler(Reconciler):
         return True
 
     def _run_fence(
-        self, obj: dict[str, Any], node: str, action: Action, held: InMemory, cancel: threading.Event
+        self,
+        obj: dict[str, Any],
+        node: str,
+        action: Action,
+        held: InMemory,
+        cancel: threading.Event,
+        executor: Executor,
     ) -> bool:
         """Run a ``run_step``/``verify_fence`` action and keep its result and reading in ``held``.
         False when the run was canceled (the runner is stopping, or the NodeFence went away): no
@@ -356,7 +439,7 @@ class NodeFenceReconciler(Reconciler):
         playbook = action.playbook or ""
         # verify_fence_action() carries no namespace; the playbook needs it to find the Secrets
         extra = {} if action.extravars.get("namespace") else {"namespace": self.namespace}
-        outcome = self.executor.run(
+        outcome = executor.run(
             action,
             kind=self.kind,
             name=name,
@@ -460,7 +543,7 @@ def _resting(status: NodeFenceStatus, policy: NodeFencePolicy) -> bool:
     if status.status == "Final":
         return True
     cond = find_condition(status.conditions, "Succeeded")
-    return cond is not None and cond.reason == "RestartLimitReached"
+    return cond is not None and cond.reason in ("RestartLimitReached", REMEDIES_EXHAUSTED)
 
 
 def _annotated(meta: Mapping[str, Any], key: str) -> bool:
@@ -468,4 +551,10 @@ def _annotated(meta: Mapping[str, Any], key: str) -> bool:
     return str((meta.get("annotations") or {}).get(key, "")).strip().lower() == "true"
 
 
-__all__ = ["FENCE_CONFIG_INVALID", "NodeFenceReconciler", "load_fence_config"]
+__all__ = [
+    "EXECUTOR_UNAVAILABLE",
+    "FENCE_CONFIG_INVALID",
+    "REMEDY_CHAIN_INVALID",
+    "NodeFenceReconciler",
+    "load_fence_config",
+]

@@ -27,7 +27,9 @@ from typing import Any
 from kubernetes import client
 
 from noderemedy_runner.config.fence import CloudDefaults
+from noderemedy_runner.config.remedy import ConfigurationSet
 from noderemedy_runner.executor import RUN_NICE, Executor, link_collection
+from noderemedy_runner.jobs import JobExecutor, JobRuns
 from noderemedy_runner.kube.informer import Informer
 from noderemedy_runner.kube.resources import CRD, METAL3REMEDIATION, NODEFENCE, KubeIO
 from noderemedy_runner.logs import bind
@@ -35,6 +37,7 @@ from noderemedy_runner.loops.devicecheck import DeviceChecker
 from noderemedy_runner.loops.memory import ERROR_REQUEUE_SECONDS
 from noderemedy_runner.loops.metal3 import Metal3RemediationReconciler
 from noderemedy_runner.loops.nodefence import NodeFenceReconciler
+from noderemedy_runner.loops.remedies import PodRemedies
 from noderemedy_runner.machines.health import HealthObserver
 from noderemedy_runner.machines.metal3 import LabelSelector, opted_in
 from noderemedy_runner.machines.nodefence import NodeFencePolicy
@@ -125,6 +128,11 @@ class Watcher:
         job_pod: the runner's own pod (:func:`noderemedy_runner.jobs.own_pod`): runs go as Jobs
             from its image (:class:`noderemedy_runner.jobs.JobExecutor`); None: in this process.
             Device checks always run in this process (read-only, and never waiting for a pod).
+        configs: the remedy Configurations: their pod remedies run as Jobs in ``namespace``
+            (:class:`~noderemedy_runner.loops.remedies.PodRemedies`), and a fence-flow remedy may
+            name its executor (``job`` needs ``job_pod``).
+        default_executor: ``job`` or ``inprocess``, for runs whose remedy names none (None: ``job``
+            when ``job_pod`` is given).
     """
 
     def __init__(
@@ -150,6 +158,8 @@ class Watcher:
         extra_env: dict[str, str] | None = None,
         device_check_interval: float = 0.0,
         job_pod: Mapping[str, Any] | None = None,
+        configs: ConfigurationSet | None = None,
+        default_executor: str | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -168,10 +178,9 @@ class Watcher:
         #: device checks stay in this process: read-only, and they must not wait for a pod
         self.local_executor = Executor(self.data_dir / "runs", found_playbooks, **run_options)
         self.executor: Executor = self.local_executor
+        self.job_executor: JobExecutor | None = None
         if job_pod is not None:
-            from noderemedy_runner.jobs import JobExecutor
-
-            self.executor = JobExecutor(
+            self.job_executor = JobExecutor(
                 api_client,
                 self.data_dir / "runs",
                 found_playbooks,
@@ -179,6 +188,18 @@ class Watcher:
                 pod=job_pod,
                 **run_options,
             )
+            self.job_executor.slots = self.local_executor.slots  # one bound on runs in flight
+        executors: dict[str, Executor] = {"inprocess": self.local_executor}
+        if self.job_executor is not None:
+            executors["job"] = self.job_executor
+        if default_executor not in (None, *executors):
+            raise ValueError(f"default_executor {default_executor!r}: not one of {', '.join(executors)}")
+        self.executor = executors[default_executor or ("job" if job_pod is not None else "inprocess")]
+        remedies = (
+            PodRemedies(JobRuns(api_client, namespace), configs, pod=job_pod, run_deadline=run_deadline)
+            if configs is not None
+            else None
+        )
         self.metal3_selector = metal3_selector
         self.nodefences = NodeFenceReconciler(
             self.kube,
@@ -188,6 +209,8 @@ class Watcher:
             cloud=cloud,
             observer=self.observer,
             dry_run=dry_run,
+            remedies=remedies,
+            executors=executors,
         )
         self.metal3 = Metal3RemediationReconciler(
             self.kube,

@@ -15,6 +15,9 @@ Kinds (``Action.kind``):
 ``run_step``                NodeFence: run one fence step's methods (``fence_step.yml``)
 ``verify_fence``            NodeFence: read back, without changing anything, whether the node is
                             still fenced (``fence_verify.yml``)
+``run_remedy``              NodeFence: run a pod remedy (a ``remedyConfigs`` podTemplate) as
+                            the Job ``ident`` and wait for it to end
+                            (:mod:`noderemedy_runner.machines.remedies`)
 ``taint_out_of_service``    add ``node.kubernetes.io/out-of-service:NoExecute`` (KEP-2268); only
                             constructible from a verified :class:`FenceReading` for that node
 ``untaint_out_of_service``  remove that taint
@@ -41,6 +44,7 @@ ActionKind = Literal[
     "write_status",
     "run_step",
     "verify_fence",
+    "run_remedy",
     "taint_out_of_service",
     "untaint_out_of_service",
     "power",

@@ -70,7 +70,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -88,6 +88,13 @@ from noderemedy_runner.machines.conditions import (
 )
 from noderemedy_runner.machines.guards import HOLD_RECHECK_SECONDS, Hold
 from noderemedy_runner.machines.release import LeftOnNode, RateHold
+from noderemedy_runner.machines.remedies import (
+    ChainRemedy,
+    PodRemedyResult,
+    RemedyStatus,
+    decide_remedy,
+    exhausted,
+)
 
 Phase = Literal["New", "Running", "Done", "Final", "Error"]
 PHASES: tuple[Phase, ...] = ("New", "Running", "Done", "Final", "Error")
@@ -251,7 +258,9 @@ class NodeFenceStatus:
     ``restarts`` (of the whole flow), ``jobs`` (idents of finished runs, oldest first),
     ``current_run``, ``conditions``, ``observed_generation``, ``start_time`` and
     ``last_transition_time`` (seconds; when fencing started / when ``status`` last changed),
-    ``fence_levels`` (how each fencing level ended, oldest first; steps with several levels)."""
+    ``fence_levels`` (how each fencing level ended, oldest first; steps with several levels),
+    ``remedy`` (the current remedy of a chain with a pod remedy,
+    :mod:`noderemedy_runner.machines.remedies`; None otherwise)."""
 
     status: Phase = "New"
     step: Step = "Isolation"
@@ -264,6 +273,7 @@ class NodeFenceStatus:
     start_time: float | None = None
     last_transition_time: float | None = None
     fence_levels: tuple[LevelOutcome, ...] = ()
+    remedy: RemedyStatus | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The status subresource's JSON (camelCase, RFC 3339 times; optional fields omitted)."""
@@ -284,6 +294,8 @@ class NodeFenceStatus:
             out["lastTransitionTime"] = format_time(self.last_transition_time)
         if self.fence_levels:
             out["fenceLevels"] = [lv.to_dict() for lv in self.fence_levels]
+        if self.remedy is not None:
+            out["remedy"] = self.remedy.to_dict()
         return out
 
     @classmethod
@@ -312,6 +324,7 @@ class NodeFenceStatus:
             if data.get("lastTransitionTime")
             else None,
             fence_levels=tuple(LevelOutcome.from_dict(lv) for lv in data.get("fenceLevels", ())),
+            remedy=RemedyStatus.from_dict(data["remedy"]) if data.get("remedy") else None,
         )
 
 
@@ -378,7 +391,9 @@ class NodeFenceObservations:
     release rate limit holds releases now. ``stale_on_node``: after a storage-only release
     (``WorkloadsReleased`` reason :data:`FENCED_STORAGE_RELEASED`), the pods the node's kubelet
     still runs that the API no longer has (:func:`~noderemedy_runner.machines.release.stale_pods`),
-    looked at while the node is Ready; None: not looked at (recovery then waits)."""
+    looked at while the node is Ready; None: not looked at (recovery then waits).
+    ``remedy_result``: how the current pod remedy's Job ended, when known
+    (:mod:`noderemedy_runner.machines.remedies`)."""
 
     node: str
     now: float
@@ -396,6 +411,7 @@ class NodeFenceObservations:
     left_on_node: LeftOnNode | None = None
     release_hold: RateHold | None = None
     stale_on_node: tuple[str, ...] | None = None
+    remedy_result: PodRemedyResult | None = None
 
 
 def run_ident(name: str, restarts: int, step: Step, attempt: int, segment: int = 0, level: int = 1) -> str:
@@ -744,16 +760,19 @@ def decide(
     config: FenceConfig,
     policy: NodeFencePolicy,
     namespace: str | None = None,
+    chain: Sequence[ChainRemedy] = (),
 ) -> Action:
     """The next action for NodeFence ``name`` (pure; see the module docs for the automaton).
 
     ``config`` is the node's parsed fence configuration; ``namespace`` the one holding its
-    ConfigMaps and Secrets (passed through to extravars). Returns ``write_status`` whenever the
+    ConfigMaps and Secrets (passed through to extravars); ``chain`` the NodeFence's remedy chain
+    (:func:`noderemedy_runner.machines.remedies.parse_chain`): its pod remedies run and escalate
+    before the fence flow (:func:`~noderemedy_runner.machines.remedies.decide_remedy`). Returns ``write_status`` whenever the
     status must change (before any further action), else the action the status calls for.
     The same (status, observations) always yield the same action. Raises ValueError when
     ``config`` or ``obs`` are for another node than each other.
     """
-    action = _decide(name, status, obs, config, policy, namespace)
+    action = _decide(name, status, obs, config, policy, namespace, chain)
     hold = obs.release_hold
     if hold is not None and action.kind == "wait" and action.seconds > hold.retry_seconds:
         return act.wait(hold.retry_seconds, action.reason)  # the release is asked for again then
@@ -767,6 +786,7 @@ def _decide(
     config: FenceConfig,
     policy: NodeFencePolicy,
     namespace: str | None,
+    chain: Sequence[ChainRemedy] = (),
 ) -> Action:
     node = obs.node
     if config.node != node:
@@ -808,7 +828,9 @@ def _decide(
         return _write(_phase(new, "Error", now), STOPPED)
 
     # 0. No Node: no device is touched without an admin's confirmation.
-    resting = s.status == "Final" or (s.status == "Error" and s.restarts >= policy.max_restarts)
+    resting = (
+        s.status == "Final" or (s.status == "Error" and s.restarts >= policy.max_restarts) or exhausted(s)
+    )
     processing = find_condition(s.conditions, PROCESSING)
     if not obs.node_exists and not obs.missing_node_confirmed and not resting:
         message = (
@@ -845,6 +867,13 @@ def _decide(
                 now,
             )  # fmt: skip
             return _write(_phase(new, "Done", now), "FenceConfirmedByAdmin")
+
+    # 0c. Pod remedies of the escalation chain, before the fence flow (it takes over when the chain
+    #     reaches it, or after a clean-resources pod remedy).
+    if not resting:
+        escalation = decide_remedy(name, s, obs, chain, policy.grace_seconds)
+        if escalation is not None:
+            return escalation
 
     # 1. A committed run: consume its result, or (re)start it. Same ident → idempotent replay of
     #    one segment (step_segments).
@@ -962,6 +991,8 @@ def _decide(
         return _write(_phase(new, "Error", now), "NodeNotReadyTimeout")
 
     if s.status == "Error":
+        if exhausted(s):
+            return act.nothing("RemediesExhausted")
         if s.restarts < policy.max_restarts:
             entered = s.last_transition_time if s.last_transition_time is not None else now
             remaining = entered + policy.restart_delay_seconds - now
@@ -993,12 +1024,14 @@ def new_level_outcomes(old: NodeFenceStatus, new: NodeFenceStatus) -> tuple[Leve
 
 
 def is_terminal(status: NodeFenceStatus, policy: NodeFencePolicy) -> bool:
-    """Whether ``status`` is a resting state: Final, Error with the restart limit used, or stopped
-    by an admin (:func:`is_stopped`)."""
+    """Whether ``status`` is a resting state: Final, Error with the restart limit used, stopped
+    by an admin (:func:`is_stopped`), or a remedy chain exhausted
+    (:func:`noderemedy_runner.machines.remedies.exhausted`)."""
     return (
         status.status == "Final"
         or (status.status == "Error" and status.restarts >= policy.max_restarts)
         or is_stopped(status)
+        or exhausted(status)
     )
 
 

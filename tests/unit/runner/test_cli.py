@@ -161,3 +161,39 @@ def test_policy_flags_default_to_the_machine_defaults() -> None:
     assert (args.grace_seconds, args.poll_interval, args.run_env) == (0.0, 0.5, [])
     args = build_parser().parse_args(["--run-env", "A=1", "--run-env", "B=x=y", "--reconcile-only"])
     assert args.run_env == ["A=1", "B=x=y"] and args.reconcile_only and not args.detect_only
+
+
+REMEDY_CHAIN = (
+    "apiVersion: node-remedy/v1alpha\nkind: Configuration\nmetadata: {name: workers}\n"
+    "thresholdConfigs:\n- nodeConditionType: Ready\n  nodeConditionStatus: [False, Unknown]\n"
+    "  nodeConditionPeriod: 40s\n  remedy1: [{name: repair, period: 20s}]\n  remedy2: [{name: fence}]\n"
+    "remedyConfigs:\n- {name: repair, podTemplate: {spec: {containers: [{name: r, image: 'repair:1'}]}}}\n"
+    "- {name: fence, executor: job}\n"
+)
+
+
+def test_check_config_shows_the_remedy_chain(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "remedy.yaml"
+    f.write_text(REMEDY_CHAIN)
+    assert main(["--config", str(f), "--check-config", "--metrics-addr", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "-> repair (pod, 20s) then fence (fence flow, job);" in out, out
+
+
+def test_a_remedy_asking_for_the_job_executor_outside_a_pod_is_refused_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("POD_NAME", raising=False)
+    monkeypatch.delenv("POD_NAMESPACE", raising=False)
+    f = tmp_path / "remedy.yaml"
+    f.write_text(REMEDY_CHAIN)
+    kubeconfig = tmp_path / "kubeconfig"  # never contacted: the refusal comes first
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {token: t}}]\n"
+    )
+    argv = ["--config", str(f), "--kubeconfig", str(kubeconfig), "--metrics-addr", "0"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "remedyConfigs executor: job (workers/fence)" in err and "POD_NAME" in err, err

@@ -3,6 +3,7 @@ and every malformed field is refused with an error naming it."""
 
 from __future__ import annotations
 
+import re
 import textwrap
 
 import pytest
@@ -63,10 +64,15 @@ def test_seed_example_parses() -> None:
     assert cfg.selects({"type": "compute"}) and not cfg.selects({"type": "storage"})
     ready, disk = cfg.thresholds
     assert (ready.condition_type, ready.statuses, ready.period) == ("Ready", frozenset({"False"}), 5.0)
-    assert ready.remedies == ((Remedy("repair", 180.0),), (Remedy("terminate", None, True),))
+    repair, terminate = ready.chain()
+    assert (repair.name, repair.period, repair.pod) == ("repair", 180.0, True)
+    assert repair.template() == {"spec": {"containers": [{"name": "repair", "image": "IMAGE:VERSION"}]}}
+    # terminate has no podTemplate: the fence flow, which releases on its verified fence
+    assert terminate == Remedy("terminate", None, True)
     assert ready.recovery == (Remedy("recovery"),)
     assert (disk.condition_type, disk.statuses, disk.period) == ("DiskPressure", frozenset({"True"}), 600.0)
-    assert any("remedyConfigs (repair) are not run" in w for w in cs.warnings)
+    assert cs.warnings == ()
+    assert cfg.remedy_config("repair") is not None and cfg.remedy_config("terminate") is None
 
 
 def test_defaults_are_documented_ones() -> None:
@@ -208,3 +214,88 @@ def test_missing_file_named(tmp_path) -> None:
         load(str(tmp_path / "nope.yaml"))
     with pytest.raises(ConfigError, match="expected configmap:<namespace>/<name>"):
         load("configmap:justname")
+
+
+REMEDIES = """
+apiVersion: node-remedy/v1alpha
+kind: Configuration
+metadata: {name: workers}
+thresholdConfigs:
+- nodeConditionType: Ready
+  nodeConditionStatus: [False, Unknown]
+  nodeConditionPeriod: 10s
+  remedy1: [{name: repair, period: 20s}]
+  remedy2: [{name: terminate}]
+remedyConfigs:
+%s
+"""
+
+
+def remedy_doc(configs: str) -> str:
+    return REMEDIES % textwrap.indent(textwrap.dedent(configs).strip(), "")
+
+
+def test_remedy_chain_escalates_pod_remedies_into_the_fence_flow() -> None:
+    cs = parse_configurations(
+        remedy_doc("""
+        - name: repair
+          podTemplate: {spec: {containers: [{name: r, image: busybox, command: [sh, -c, exit 0]}]}}
+        - name: terminate
+          executor: job
+        """),
+        "r.yaml",
+    )
+    (th,) = cs.configurations[0].thresholds
+    repair, terminate = th.chain()
+    assert repair.pod and repair.period == 20.0 and repair.executor is None
+    assert not terminate.pod and terminate.executor == "job"
+    assert [e["name"] for e in (r.chain_entry() for r in th.chain())] == ["repair", "terminate"]
+    assert repair.chain_entry() == {
+        "name": "repair", "period": 20.0, "cleanResources": False, "pod": True, "executor": None,
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("configs", "field"),
+    [
+        ("- {name: repair, podTemplate: {spec: {}}}", "remedyConfigs[0].podTemplate.spec.containers"),
+        ("- {name: repair, podTemplate: {spec: {containers: [{name: r}]}}}", "spec.containers[0].image"),
+        ("- {name: repair, podTemplate: [1]}", "remedyConfigs[0].podTemplate"),
+        ("- {name: repair, podTemplate: {specs: {}}}", "remedyConfigs[0].podTemplate: unknown fields"),
+        (
+            "- {name: repair, podTemplate: {spec: {restartPolicy: Always, containers: [{name: r, image: b}]}}}",
+            "podTemplate.spec.restartPolicy",
+        ),
+        ("- {name: repair, executor: ssh}", "remedyConfigs[0].executor"),
+        (
+            "- {name: repair, executor: job, podTemplate: {spec: {containers: [{name: r, image: b}]}}}",
+            "remedyConfigs[0].executor",
+        ),
+        ("- {name: Repair}", "remedyConfigs[0].name"),
+        ("- {name: repair}\n- {name: repair}", "remedyConfigs[1].name"),
+        ("- {name: repair, image: b}", "remedyConfigs[0]: unknown fields"),
+    ],
+)
+def test_bad_remedy_configs_name_the_field(configs: str, field: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(field)):
+        parse_configurations(remedy_doc(configs), "r.yaml")
+
+
+def test_a_remedy_after_the_fence_flow_is_refused() -> None:
+    text = remedy_doc("- {name: terminate, podTemplate: {spec: {containers: [{name: t, image: b}]}}}")
+    # repair has no podTemplate: the fence flow, which ends the chain; terminate would never run
+    with pytest.raises(ConfigError, match=r"thresholdConfigs\[0\]: remedy 'terminate' comes after 'repair'"):
+        parse_configurations(text, "r.yaml")
+
+
+def test_unused_remedy_configs_are_warned_about() -> None:
+    cs = parse_configurations(
+        remedy_doc("""
+        - name: repair
+          podTemplate: {spec: {containers: [{name: r, image: b}]}}
+        - name: spare
+          podTemplate: {spec: {containers: [{name: s, image: b}]}}
+        """),
+        "r.yaml",
+    )
+    assert any("['spare'] are named by no remedyN list" in w for w in cs.warnings), cs.warnings

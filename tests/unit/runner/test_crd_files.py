@@ -12,6 +12,7 @@ import yaml
 
 from noderemedy_runner.machines import conditions, metal3, nodefence
 from noderemedy_runner.machines.actions import STEPS
+from noderemedy_runner.machines.remedies import RESULTS, RemedyStatus
 
 CRDS = Path(__file__).resolve().parents[3] / "deploy" / "crds"
 
@@ -61,8 +62,11 @@ def test_nodefence_enums_match_the_state_machine() -> None:
         start_time=1.0,
         last_transition_time=1.0,
         fence_levels=(level,),
+        remedy=RemedyStatus("repair", 0, 1.0, 20.0, "nf-remedy-repair", "Failed", "m"),
     )
     assert set(full.to_dict()) == set(NodeFenceKeys)
+    assert set(full.to_dict()["remedy"]) == set(status["remedy"]["properties"])
+    assert tuple(status["remedy"]["properties"]["result"]["enum"]) == RESULTS
     assert set(full.to_dict()["currentRun"]) == set(status["currentRun"]["properties"])
     assert set(full.to_dict()["fenceLevels"][0]) == set(status["fenceLevels"]["items"]["properties"])
 
@@ -70,7 +74,7 @@ def test_nodefence_enums_match_the_state_machine() -> None:
 #: Every key NodeFenceStatus.to_dict() can write.
 NodeFenceKeys = [
     "status", "step", "retries", "restarts", "jobs", "currentRun", "conditions",
-    "observedGeneration", "startTime", "lastTransitionTime", "fenceLevels",
+    "observedGeneration", "startTime", "lastTransitionTime", "fenceLevels", "remedy",
 ]  # fmt: skip
 
 
