@@ -61,6 +61,7 @@ from watcher import (  # noqa: E402
     RUNNER,
     UPSTREAM_TIMING,
     Observer,
+    fence_objects,
     overlap_from_artifacts,
     percentile,
     rss_kb,
@@ -84,29 +85,6 @@ thresholdConfigs:
 - {nodeConditionType: Ready, nodeConditionStatus: [False, Unknown], nodeConditionPeriod: 0s}
 stormGuard: {maxUnhealthy: 20%, cooldown: 0s}
 """
-
-
-def fence_objects(nodes: list[str]) -> dict[str, Any]:
-    """Fence ConfigMaps (isolation ipmi-off, power management ipmi-off, recovery ipmi-on) whose
-    template names a credentials Secret that does not exist: each run fails in its first module."""
-    items: list[dict[str, Any]] = [
-        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "fence-method-template-bench"},
-         "data": {"template.properties": "type=ipmi\naddress=127.0.0.1:9\nsecret=bench-no-such-secret\n"}},
-    ]  # fmt: skip
-    for node in nodes:
-        items.append(
-            {
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "metadata": {"name": f"fence-config-{node}"},
-                "data": {
-                    "config.properties": f"node_name={node}\nisolation=ipmi-off\npower_management=ipmi-off\nrecovery=ipmi-on\n",
-                    "fence-method-ipmi-off": "template=fence-method-template-bench\naction=off",
-                    "fence-method-ipmi-on": "template=fence-method-template-bench\naction=on",
-                },
-            }
-        )
-    return {"apiVersion": "v1", "kind": "List", "items": items}
 
 
 def build_image() -> Path:
@@ -354,7 +332,7 @@ def main() -> int:
             step = max(1, args.nodes // args.fail)
             sets = {"inprocess": kwok[0::step][: args.fail], "job": kwok[step // 2 :: step][: args.fail]}
             objs = tmpdir / "fence-config.json"
-            objs.write_text(json.dumps(fence_objects(sets["inprocess"] + sets["job"])))
+            objs.write_text(json.dumps(fence_objects(sets["inprocess"] + sets["job"], secret=False)))
             lab.kubectl("apply", "-n", NAMESPACE, "-f", str(objs), check=True, timeout=300)
             for executor in ("inprocess", "job"):
                 lab.wait_nodes(sets[executor], "True", 300)

@@ -183,16 +183,19 @@ class Observer:
         ).start()
 
 
-def fence_objects(nodes: list[str]) -> dict[str, Any]:
+def fence_objects(nodes: list[str], secret: bool = True) -> dict[str, Any]:
     """A kubectl List: one fence ConfigMap per node in the seed's format (isolation ipmi-off, power
     management ipmi-off, recovery ipmi-on) and the template and Secret they name. The template
-    points at a closed port: the stub playbooks never reach it."""
+    points at a closed port: the stub playbooks never reach it. ``secret`` False: the template
+    names a Secret that does not exist (a real run fails in its first fencing module)."""
+    name = "bench-bmc" if secret else "bench-no-such-secret"
     items: list[dict[str, Any]] = [
-        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "bench-bmc"},
-         "stringData": {"username": "bench", "password": "bench-stub"}},
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "fence-method-template-bench"},
-         "data": {"template.properties": "type=ipmi\naddress=127.0.0.1:9\nsecret=bench-bmc\ncipher=3\n"}},
+         "data": {"template.properties": f"type=ipmi\naddress=127.0.0.1:9\nsecret={name}\ncipher=3\n"}},
     ]  # fmt: skip
+    if secret:
+        items.append({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name},
+                      "stringData": {"username": "bench", "password": "bench-stub"}})  # fmt: skip
     for node in nodes:
         items.append(
             {

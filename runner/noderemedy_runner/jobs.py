@@ -187,7 +187,20 @@ def job_manifest(
         if spec.get(key):
             pod_spec[key] = spec[key]
     labels = {**JOB_LABELS, "remediation.noderemedy.io/node": node}
-    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": labels}
+    return _job(name, namespace, labels, owner, deadline, {"metadata": {"labels": labels}, "spec": pod_spec})
+
+
+def _job(
+    name: str,
+    namespace: str,
+    labels: Mapping[str, str],
+    owner: Mapping[str, Any] | None,
+    deadline: float,
+    template: Mapping[str, Any],
+) -> dict[str, Any]:
+    """A run's Job around pod ``template``: ``labels``, an owner reference to ``owner`` (when
+    given), no retries, ``deadline`` seconds, the TTL."""
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": dict(labels)}
     if owner is not None:
         ometa = owner.get("metadata") or {}
         meta["ownerReferences"] = [
@@ -206,7 +219,7 @@ def job_manifest(
             "backoffLimit": 0,
             "activeDeadlineSeconds": max(1, int(round(deadline))),
             "ttlSecondsAfterFinished": JOB_TTL_SECONDS,
-            "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+            "template": dict(template),
         },
     }
 
@@ -275,28 +288,9 @@ def remedy_job_manifest(
         "remediation.noderemedy.io/node": node,
         "remediation.noderemedy.io/remedy": remedy,
     }
-    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": labels}
-    if owner is not None:
-        ometa = owner.get("metadata") or {}
-        meta["ownerReferences"] = [
-            {
-                "apiVersion": owner.get("apiVersion"),
-                "kind": owner.get("kind"),
-                "name": ometa.get("name"),
-                "uid": ometa.get("uid"),
-            }
-        ]
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": meta,
-        "spec": {
-            "backoffLimit": 0,
-            "activeDeadlineSeconds": max(1, int(round(deadline))),
-            "ttlSecondsAfterFinished": JOB_TTL_SECONDS,
-            "template": {"metadata": {**tmeta, "labels": labels}, "spec": spec},
-        },
-    }
+    return _job(
+        name, namespace, labels, owner, deadline, {"metadata": {**tmeta, "labels": labels}, "spec": spec}
+    )
 
 
 #: Reasons a container of a Job's pod waits with that will not pass by themselves: the run ends
