@@ -132,3 +132,32 @@ def run_playbook(collections_path: Path, tmp_path_factory: pytest.TempPathFactor
         return PlaybookResult(proc.returncode, proc.stdout, proc.stderr, results)
 
     return _run
+
+
+#: Lines a test prints starting with this word are measurements: collected from every test (and
+#: every pytest-xdist worker) into the run's summary and ``build/test-logs/figures.txt``.
+FIGURE_PREFIX = "FIGURE "
+_figures: list[str] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Collect the ``FIGURE`` lines of a passed test's captured stdout (xdist forwards it)."""
+    if report.when == "call" and report.passed:
+        _figures.extend(
+            f"{report.nodeid}: {line[len(FIGURE_PREFIX) :]}"
+            for line in report.capstdout.splitlines()
+            if line.startswith(FIGURE_PREFIX)
+        )
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Print the collected figures and write them to ``build/test-logs/figures.txt`` (on the
+    controller only: an xdist worker's ``config`` has ``workerinput``)."""
+    if not _figures or hasattr(terminalreporter.config, "workerinput"):
+        return
+    terminalreporter.section("figures (measured by the tests above)")
+    for line in _figures:
+        terminalreporter.write_line(line)
+    out = ROOT / "build" / "test-logs"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "figures.txt").write_text("\n".join(_figures) + "\n")

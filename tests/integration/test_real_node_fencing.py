@@ -31,7 +31,7 @@ from test_runner_e2e import (  # noqa: F401 - fixtures shared with the host runn
     FenceNamespace,
     Runner,
     conds,
-    events_of,
+    events_with,
     fence_config,
     fence_ns,
     get_nf,
@@ -385,7 +385,11 @@ def test_a_storage_only_fence_releases_the_pods_on_it_and_leaves_the_others_runn
         time.sleep(1)
     obj = get_nf(co, name)
     assert conds(obj)["WorkloadsReleased"]["reason"] == "FencedStorageReleased", conds(obj)
-    said = [e.message for e in events_of(api, obj) if e.reason == "FencedStoragePodsReleased"]
+    said = [
+        e.message
+        for e in events_with(api, obj, "FencedStoragePodsReleased")
+        if e.reason == "FencedStoragePodsReleased"
+    ]
     # (the web-0 of an earlier test whose namespace is still going may be released with it)
     assert len(said) == 1 and f"{ns}/web-0" in said[0] and f"{ns}/idle-0" not in said[0], said
     assert "no out-of-service taint" in said[0], said

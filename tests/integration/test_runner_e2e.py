@@ -238,6 +238,21 @@ def events_of(api: client.ApiClient, obj: dict) -> list[Any]:
     return sorted(items, key=lambda e: e.first_timestamp or 0)
 
 
+def events_with(api: client.ApiClient, obj: dict, *reasons: str, timeout: float = 30.0) -> list[Any]:
+    """The Events of ``obj`` (as :func:`events_of`) once each of ``reasons`` has at least one.
+
+    The runner writes an Event after the status write it reports (an Event is best effort), so a
+    test that has just seen a status must wait for its Event rather than read once.
+    AssertionError naming the reasons still missing after ``timeout`` seconds."""
+
+    def all_there() -> list[Any] | None:
+        events = events_of(api, obj)
+        have = {e.reason for e in events}
+        return events if all(r in have for r in reasons) else None
+
+    return wait_for(all_there, timeout, f"Events {list(reasons)} of {obj['metadata']['name']}")
+
+
 def conds(obj: dict) -> dict[str, dict]:
     return {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or []}
 
@@ -375,7 +390,10 @@ def test_nodefence_fences_releases_and_recovers_a_dead_node(
         ], pm
         assert power_log(lab_kube, DEAD)[len(log_before) :].split()[-1:] == ["1"], "the BMC did not power on"
         assert lab_kube.node_ready([DEAD])[DEAD] == "True"
-        reasons = [e.reason for e in events_of(api, obj)]
+        events = events_with(
+            api, obj, "OutOfServiceTaintAdded", "OutOfServiceTaintRemoved", "RemediationFinished"
+        )
+        reasons = [e.reason for e in events]
         assert reasons.count("FenceAgentSucceeded") == 4 and "OutOfServiceTaintAdded" in reasons
         # released by the power-off run itself, on the power fence that run read back: the FC
         # fence of the Isolation run is storage-only, which never licenses the taint
@@ -456,9 +474,8 @@ def test_wrong_bmc_password_retries_restarts_and_ends_in_error_without_a_taint(
         # two attempts per flow (step_retries=1), two flows (max_restarts=1)
         assert st["jobs"] == [f"{name}-r{r}-power-management-a{a}" for r in (0, 1) for a in (0, 1)]
         assert not any(tainted), "an out-of-service taint was applied without a verified fence"
-        events = events_of(api, obj)
+        events = events_with(api, obj, "FenceAgentFailed", "RestartLimitReached")
         assert any(e.reason == "FenceAgentFailed" and e.type == "Warning" for e in events)
-        assert any(e.reason == "RestartLimitReached" for e in events)
     finally:
         fence_ns.standard(node)
         lab_kube.power_on(node)
@@ -512,7 +529,8 @@ def test_bmc_that_does_not_answer_times_out_at_the_run_deadline_and_ends_in_erro
         assert c["Processing"]["reason"] == "FenceAgentTimedOut"
         assert len(st["jobs"]) == 4
         assert not any(tainted)
-        assert any(e.reason == "FenceAgentTimedOut" and e.type == "Warning" for e in events_of(api, obj))
+        events = events_with(api, obj, "FenceAgentTimedOut")
+        assert any(e.reason == "FenceAgentTimedOut" and e.type == "Warning" for e in events)
     finally:
         silent.close()
         fence_ns.standard(node)
@@ -763,8 +781,7 @@ def test_metal3_remediation_reboots_a_dead_node(
         assert phases[:2] == ["Running", "Waiting"], phases
         assert any(tainted), "the out-of-service taint was never applied"
         assert power_log(lab_kube, node).split()[-1:] == ["1"], "the BMC was not powered on again"
-        reasons = [e.reason for e in events_of(api, obj)]
-        assert "PowerOff" in reasons and "PowerOn" in reasons and "OutOfServiceTaintAdded" in reasons
+        assert events_with(api, obj, "PowerOff", "PowerOn", "OutOfServiceTaintAdded")
     finally:
         lab_kube.kubectl("taint", "node", node, f"{OOS}-")
         lab_kube.power_on(node)
@@ -852,7 +869,7 @@ def test_metal3_node_that_never_returns_ends_deleting_machine(
         )
         owner = [c for c in machine["status"]["conditions"] if c["type"] == "OwnerRemediated"]
         assert owner and owner[0]["status"] == "False" and owner[0]["reason"] == "WaitingForRemediation"
-        assert any(e.reason == "RetryLimitReached" for e in events_of(api, obj))
+        assert events_with(api, obj, "RetryLimitReached")
     finally:
         lab_kube.power_on(SPARE)
         lab_kube.wait_nodes([SPARE], "True", 120)

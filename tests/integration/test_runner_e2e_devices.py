@@ -24,7 +24,7 @@ from test_runner_e2e import (
     FenceNamespace,
     Runner,
     conds,
-    events_of,
+    events_with,
     nodefence,
     private_dir,
     run_until,
@@ -145,9 +145,9 @@ def test_nodefence_through_redfish(
             ("redfish", "on", False)
         ]
         # released by the isolation run on its verified Redfish power-off
-        added = [e.message for e in events_of(api, obj) if e.reason == "OutOfServiceTaintAdded"]
+        events = events_with(api, obj, "OutOfServiceTaintAdded", "OutOfServiceTaintRemoved")
+        added = [e.message for e in events if e.reason == "OutOfServiceTaintAdded"]
         assert added and f"power_off verified in run {name}-r0-isolation-a0" in added[0], added
-        assert "OutOfServiceTaintRemoved" in [e.reason for e in events_of(api, obj)]
         assert rf_driver(ep).run("status").after == {uri: "on"}
         assert lab_kube.node_ready([DEAD])[DEAD] == "True"
         assert conds(obj)["Succeeded"]["status"] == "True"
@@ -273,8 +273,7 @@ def test_metal3_remediation_of_a_redfish_host(
 
     obj = wait_for(done, 300, "Metal3Remediation done (Waiting, finalizer removed, node Ready, untainted)")
     assert phases[:2] == ["Running", "Waiting"], phases
-    reasons = [e.reason for e in events_of(api, obj)]
-    assert "PowerOff" in reasons and "PowerOn" in reasons and "OutOfServiceTaintAdded" in reasons
+    assert events_with(api, obj, "PowerOff", "PowerOn", "OutOfServiceTaintAdded")
     assert rf_driver(ep).run("status").after == {ep["systems"][DEAD]["uri"]: "on"}
 
 
@@ -359,7 +358,9 @@ def test_kdump_message_releases_before_the_power_step(
             ("ipmi", "off"),
             ("ipmi", "on"),
         ]
-        added = [e for e in events_of(api, obj) if e.reason == "OutOfServiceTaintAdded"]
+        added = [
+            e for e in events_with(api, obj, "OutOfServiceTaintAdded") if e.reason == "OutOfServiceTaintAdded"
+        ]
         assert added and f"verified in run {name}-r0-isolation-a0" in added[0].message, [
             e.message for e in added
         ]

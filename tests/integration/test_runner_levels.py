@@ -23,7 +23,7 @@ from test_runner_e2e import (  # noqa: F401 - fixtures are used by name
     DEAD,
     FenceNamespace,
     Runner,
-    events_of,
+    events_with,
     fence_ns,
     get_nf,
     nodefence,
@@ -143,7 +143,7 @@ def test_a_node_whose_bmc_died_with_it_is_fenced_through_its_pdu_level(
     sets = [(at, v) for at, v in outlet_sets(lab_kube, DEAD) if at >= start]
     assert [v for _at, v in sets] == [2, 1], sets  # off, then on: one power cycle at the outlet
     assert sets[0][0] <= seen["taint_at"], (sets, seen)
-    events = events_of(api, obj)
+    events = events_with(api, obj, "FenceLevelFailed", "FenceLevelSucceeded", "OutOfServiceTaintAdded")
     reasons = [e.reason for e in events]
     assert "FenceLevelFailed" in reasons and "FenceLevelSucceeded" in reasons, reasons
     assert reasons.index("FenceLevelFailed") < reasons.index("FenceLevelSucceeded")

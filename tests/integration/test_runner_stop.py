@@ -22,6 +22,7 @@ from test_runner_e2e import (  # noqa: F401 - fixtures are used by name
     conds,
     dead,
     events_of,
+    events_with,
     fence_ns,
     get_nf,
     nodefence,
@@ -91,7 +92,7 @@ def test_a_nodefence_stopped_by_an_admin_does_nothing_more(
         300,
         "Final after the stop was cleared",
     )
-    assert "StopCleared" in [e.reason for e in events_of(api, final)]
+    assert events_with(api, final, "StopCleared")
     assert len(final["status"]["jobs"]) > len(jobs)
 
 
@@ -134,7 +135,11 @@ def test_an_admin_confirmation_that_the_node_is_down_releases_without_a_device(
         "default", field_selector=f"involvedObject.kind=Node,involvedObject.name={DEAD}"
     ).items
     assert any(e.reason == "FenceConfirmedByAdmin" for e in node_events)
-    added = [e.message for e in events_of(api, obj) if e.reason == "OutOfServiceTaintAdded"]
+    added = [
+        e.message
+        for e in events_with(api, obj, "OutOfServiceTaintAdded")
+        if e.reason == "OutOfServiceTaintAdded"
+    ]
     assert added and "admin_confirmed" in added[0], added
     # the machine comes back: recovery removes the taint
     lab_kube.power_on(DEAD)
