@@ -236,6 +236,46 @@ def e2e(doc: Any, name: str) -> list[str]:
     return lines
 
 
+def remedy_pods(doc: Any, name: str) -> list[str]:
+    """The Job executor against the in-process executor (``bench/remedy_pods.py``): per executor
+    the NotReady → run started percentiles, the run rate, the runner's VmHWM and the most runs in
+    flight against the bound, with the Job / in-process ratios the file records."""
+    ex = doc.get("executors") or {}
+    inp, job = ex.get("inprocess") or {}, ex.get("job") or {}
+    ratios = doc.get("ratios_job_over_inprocess") or {}
+    nodes = doc.get("nodes") or {}
+    lines = [
+        f"Measured `{_v(doc.get('generated_at'))}`; {_v((doc.get('machine') or {}).get('cpus'))} CPUs; "
+        f"{_v(nodes.get('kwok'))} kwok nodes and {_v(nodes.get('real'))} real nodes; "
+        f"{_v(doc.get('failed_nodes_per_executor'))} kwok nodes failing per executor (disjoint sets, "
+        "one after the other). Load average: not recorded.",
+        "",
+    ]
+
+    def row(label: str, key: str, unit: str = "") -> list[str]:
+        return [label, _v(inp.get(key), unit), _v(job.get(key), unit), _v(ratios.get(key))]
+
+    def bound(e: Any) -> str:
+        return (
+            f"{_v(e.get('max_in_flight'))} / {_v(e.get('max_in_flight_independent'))} ≤ {_v(e.get('bound'))}"
+        )
+
+    rows = [
+        row("NotReady seen → first run started, p50", "run_started_p50_s", " s"),
+        row("same, p99", "run_started_p99_s", " s"),
+        row("same, the first 4 (a slot free)", "first_4_no_queue_s", " s"),
+        row("runs completed per minute (every slot busy)", "runs_per_min"),
+        row("runner VmHWM", "rss_mb", " MB"),
+        [
+            "most runs in flight (gauge / independent) against the bound",
+            bound(inp),
+            bound(job),
+            f"honoured: {_v(inp.get('bound_honoured'))} / {_v(job.get('bound_honoured'))}",
+        ],
+    ]
+    return lines + _table(["figure", "in-process", "Job", "Job / in-process"], rows)
+
+
 #: file name → (title, renderer). Order of the page.
 KNOWN: dict[str, tuple[str, Callable[[Any, str], list[str]]]] = {
     "e2e.json": ("End to end: the demo", e2e),
@@ -243,6 +283,7 @@ KNOWN: dict[str, tuple[str, Callable[[Any, str], list[str]]]] = {
     "drain.json": ("Drain vs `kubectl drain` and `kubernetes.core.k8s_drain`", drain),
     "watcher.json": ("Detection at 1,000 nodes", watcher),
     "watcher-detect-only.json": ("Detection at 1,000 nodes, no playbook runs (`--detect-only`)", watcher),
+    "remedy-pods.json": ("The Job executor against the in-process executor", remedy_pods),
 }
 
 
