@@ -164,7 +164,10 @@ def assess(expected_revision: int, obs: Observation) -> Readiness:
     2. no start attempt → NeverStartedUp;
     3. the etcd check is red → EtcdUnhealthy;
     4. ``/healthz`` red → Unhealthy (CrashLooping if it does not answer and there were several
-       start attempts);
+       start attempts), except when every failing healthz check is a post-start hook: a
+       kube-apiserver adds its post-start hooks to ``/healthz`` as well as ``/readyz``
+       (k8s.io/apiserver ``AddBootSequenceHealthChecks``), so a hook that never finishes turns
+       both red; that is NotReady, naming the hooks;
     5. ``/readyz`` red → NotReady, listing the unfinished post-start hooks;
     6. otherwise ready.
     """
@@ -179,6 +182,14 @@ def assess(expected_revision: int, obs: Observation) -> Readiness:
         return Readiness(False, NEVER_STARTED_UP, f"no start-up attempt of revision {expected_revision} seen")
     if obs.etcd is not None and obs.etcd.answered and not obs.etcd.ok:
         return Readiness(False, ETCD_UNHEALTHY, f"etcd check: {_check_text(obs.etcd)}")
+    if obs.healthz is not None and not obs.healthz.ok and obs.healthz.answered:
+        failing = failed_checks(obs.healthz.body)
+        if failing and all(n.startswith("poststarthook/") for n in failing):
+            return Readiness(
+                False,
+                NOT_READY,
+                f"healthz: {_check_text(obs.healthz)}; unfinished post-start hooks: {', '.join(failing)}",
+            )
     if obs.healthz is not None and not obs.healthz.ok:
         if not obs.healthz.answered and obs.start_attempts > 1:
             return Readiness(

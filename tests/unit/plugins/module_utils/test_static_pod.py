@@ -90,6 +90,19 @@ def test_not_ready_lists_the_unfinished_post_start_hooks():
     assert "poststarthook/scheduling/bootstrap-system-priority-classes" in r.message
 
 
+def test_not_ready_when_healthz_is_red_only_on_post_start_hooks():
+    """A kube-apiserver adds its post-start hooks to /healthz too: a hook that never finishes is
+    NotReady (naming it), not Unhealthy."""
+    hook = Check(False, True, 500, "[+]ping ok\n[-]poststarthook/crd-informer-synced failed: not finished\n")
+    r = sp.assess(3, obs(healthz=hook, readyz=hook))
+    assert r.reason == NOT_READY
+    assert "unfinished post-start hooks: poststarthook/crd-informer-synced" in r.message
+    mixed = Check(
+        False, True, 500, "[-]ping failed\n[-]poststarthook/crd-informer-synced failed: not finished\n"
+    )
+    assert sp.assess(3, obs(healthz=mixed, readyz=hook)).reason == UNHEALTHY
+
+
 def test_etcd_unhealthy_when_the_etcd_check_is_red():
     r = sp.assess(3, obs(etcd=ETCD_RED, readyz=Check(False, True, 500, "[-]etcd failed")))
     assert r.reason == ETCD_UNHEALTHY
@@ -1035,3 +1048,4 @@ def test_a_monitor_restarted_after_its_fallback_watches_nothing_and_writes_nothi
     assert (res["action"], res["ready"], res["observations"]) == ("none", False, 0), res
     assert "already fallen back from revision 3" in res["message"]
     assert layout.live_manifest.read_bytes() == written
+
