@@ -77,6 +77,64 @@ options:
       - With O(state=install), more files of the revision (plain file name to text), such as a revisioned
         config file the manifest mounts from the revision directory.
     type: dict
+  startup_monitor:
+    description:
+      - With O(state=install), also write the startup monitor as a static pod of its own,
+        C(<manifests_dir>/<operand>-startup-monitor-pod.yaml) (pod C(<operand>-startup-monitor), labelled
+        C(revision)), next to the operand - first the monitor's manifest, then the operand's, both through
+        dot-named temp files, and only when the live manifest changes.
+      - The monitor pod runs this module with O(state=monitor), O(in_static_pod=true), this O(revision) and
+        the installer's layout, probe, timing, retry, StorageVersion and kube auth options (not O(api_key),
+        which is refused). It is hostNetwork, mounts every directory it reads or writes at the same path,
+        and has C(restartPolicy=OnFailure).
+    type: dict
+    suboptions:
+      image:
+        description: The image with ansible-core and this collection (the remediation pod image).
+        type: str
+        required: true
+      command:
+        description:
+          - The command; the monitor's module parameters are appended as one JSON argument.
+          - >-
+            Defaults to the module run ad hoc with the image's Python, C(ansible localhost -i localhost, -c local
+            -e '{"ansible_python_interpreter": "{{ ansible_playbook_python }}"}'
+            -m noderemedy.core.static_pod_fallback -a).
+        type: list
+        elements: str
+      extra_mounts:
+        description: More read-only C(hostPath) mounts, such as a collection to use instead of the image's.
+        type: list
+        elements: dict
+        suboptions:
+          host_path:
+            description: The directory on the node.
+            type: path
+            required: true
+          mount_path:
+            description: Where it appears in the monitor's container.
+            type: path
+            required: true
+  in_static_pod:
+    description:
+      - With O(state=monitor), the monitor is the startup-monitor static pod O(startup_monitor) wrote. It
+        waits, without a deadline and without writing anything, until the live manifest is of O(revision)
+        (or already the fallback for it); then judges it; at the end it removes its own manifest
+        C(<operand>-startup-monitor-pod.yaml) if that is of O(revision), under the installer lock.
+    type: bool
+    default: false
+  mirror_pod:
+    description:
+      - With O(state=monitor) and V(auto), when a client configuration is given (O(kubeconfig) or O(host)),
+        each probe iteration also reads the operand's mirror pod C(<metadata.name>-<node_name>) through that
+        API server (the localhost kube-apiserver on a node) - its C(revision) label, C(Ready) condition and
+        first container's C(restartCount) (the enhancement's steps 5-6). A revision is then ready only when
+        its mirror pod is of that revision and Ready; a higher restart count counts as start-up attempts.
+        Best effort - when the API server does not answer, the files and HTTP checks alone decide.
+      - V(never) does not read it.
+    type: str
+    choices: [auto, never]
+    default: auto
   timeout:
     description: Seconds O(state=monitor) waits for readiness before deciding.
     type: float
@@ -270,6 +328,23 @@ def argument_spec() -> dict:
         retry_cap=dict(type="float", default=DEFAULT_RETRY_CAP),
         manifest=dict(type="raw"),
         files=dict(type="dict"),
+        startup_monitor=dict(
+            type="dict",
+            options=dict(
+                image=dict(type="str", required=True),
+                command=dict(type="list", elements="str"),
+                extra_mounts=dict(
+                    type="list",
+                    elements="dict",
+                    options=dict(
+                        host_path=dict(type="path", required=True),
+                        mount_path=dict(type="path", required=True),
+                    ),
+                ),
+            ),
+        ),
+        in_static_pod=dict(type="bool", default=False),
+        mirror_pod=dict(type="str", choices=["auto", "never"], default="auto"),
     )
     spec.update(LAYOUT_ARGSPEC)
     spec.update(PROBE_ARGSPEC)

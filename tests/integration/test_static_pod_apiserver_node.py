@@ -6,7 +6,9 @@ containerd). A dedicated etcd runs as a second static pod on the node's 127.0.0.
 revisions live under ``<tmp>/resources/kube-apiserver-pod-<rev>/`` and are installed into the
 kubelet's staticPodPath with a dot temp file and a rename. Revision 1 is good, revision 2 has an
 unknown flag (CrashLooping), revision 3 points at an etcd endpoint where nothing listens
-(EtcdUnhealthy, retryable), revision 4 is not YAML (NeverStartedUp).
+(EtcdUnhealthy, retryable), revision 4 is not YAML (NeverStartedUp), revision 5 has an audit policy
+the kube-apiserver refuses (CrashLooping), revision 6 an encryption configuration that cannot read
+what revision 1 stored (a post-start hook never finishes: NotReady).
 
 Each case prints the time from the bad revision being written to the last-known-good kube-apiserver
 answering ``/readyz`` again, with the monitor timeout used.
@@ -44,6 +46,15 @@ from ansible_collections.noderemedy.core.plugins.module_utils._static_pod import
 req = json.loads(sys.argv[1])
 if req["op"] == "monitor":
     print(json.dumps(execute(req["params"])))
+elif req["op"] == "post":
+    import ssl, urllib.request
+    p = req["params"]
+    ctx = ssl.create_default_context(cafile=p["probe_ca_cert"])
+    ctx.load_cert_chain(p["probe_client_cert"], p["probe_client_key"])
+    r = urllib.request.Request(p["probe_url"] + req["path"], data=json.dumps(req["body"]).encode(),
+                               headers={"Content-Type": "application/json"}, method="POST")
+    with urllib.request.urlopen(r, context=ctx, timeout=30) as resp:
+        print(json.dumps({"status": resp.status}))
 else:
     p = req["params"]
     c = HttpProber(p["probe_url"], "kube-apiserver", p["probe_ca_cert"], p["probe_client_cert"],
@@ -52,12 +63,12 @@ else:
 """
 
 
-def in_node(netns: str, op: str, params: dict, timeout: float) -> dict:
-    """Run ``op`` (``monitor``: the module's monitor; ``ready``: GET /readyz) in the node's network
-    namespace, where the operand's 127.0.0.1 is."""
+def in_node(netns: str, op: str, params: dict, timeout: float, **extra) -> dict:
+    """Run ``op`` (``monitor``: the module's monitor; ``ready``: GET /readyz; ``post``: POST ``body``
+    to ``path``) in the node's network namespace, where the operand's 127.0.0.1 is."""
     out = subprocess.run(
         ["nsenter", f"--net=/run/netns/{netns}", "--", sys.executable, "-c", IN_NODE,
-         json.dumps({"op": op, "params": params})],
+         json.dumps({"op": op, "params": params, **extra})],
         capture_output=True, text=True, timeout=timeout,
         env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},  # our collection
     )  # fmt: skip
@@ -294,4 +305,80 @@ def test_an_audit_policy_the_apiserver_refuses_crash_loops_and_falls_back(apiser
     print(
         f"\nCrashLooping (invalid audit policy): revision 5 written -> last-known-good /readyz ok in {back:.1f} s "
         f"(monitor timeout {timeout:.0f} s; attempts seen {res['last_observation']['start_attempts']})"
+    )
+
+
+ENCRYPTION_CONFIG = """\
+apiVersion: apiserver.config.k8s.io/v1
+kind: EncryptionConfiguration
+resources:
+- resources: [customresourcedefinitions.apiextensions.k8s.io]
+  providers:
+  - aescbc:
+      keys:
+      - {name: key1, secret: c2VjcmV0IGlzIHNlY3VyZSwgb3IgaXMgaXQ/IDMyIGI=}
+"""
+
+
+def test_a_post_start_hook_that_never_finishes_falls_back_with_not_ready_naming_the_hook(apiserver):
+    """Revision 6 encrypts CustomResourceDefinitions at rest (aescbc) without the ``identity``
+    provider, so it cannot read the CRD revision 1 stored in plain text: its CRD informer never
+    syncs and the kube-apiserver's ``crd-informer-synced`` post-start hook never finishes. The
+    kube-apiserver keeps running with ``/healthz`` and ``/readyz`` red on that hook only: NotReady
+    (retryable), the message names the hook, fallback to revision 1, which reads the CRD again."""
+    _good(apiserver)
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {
+            "group": "example.com",
+            "names": {"kind": "Widget", "plural": "widgets", "singular": "widget"},
+            "scope": "Namespaced",
+            "versions": [{"name": "v1", "served": True, "storage": True,
+                          "schema": {"openAPIV3Schema": {"type": "object"}}}],
+        },
+    }  # fmt: skip
+    path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+    assert in_node(apiserver.netns, "post", apiserver.params, 60, path=path, body=crd)["status"] == 201
+    rev_dir = apiserver.resources / "kube-apiserver-pod-6"
+    manifest = pod(
+        "kube-apiserver",
+        {"app": "kube-apiserver"},
+        [*apiserver.base_args, f"--etcd-servers=http://127.0.0.1:{ETCD_PORT}",
+         f"--encryption-provider-config={rev_dir}/encryption-config.yaml"],
+        apiserver.pki,
+    )  # fmt: skip
+    manifest["spec"]["volumes"].append(
+        {"name": "revision", "hostPath": {"path": str(rev_dir), "type": "DirectoryOrCreate"}}
+    )
+    manifest["spec"]["containers"][0]["volumeMounts"].append(
+        {"name": "revision", "mountPath": str(rev_dir), "readOnly": True}
+    )
+    installed = execute(
+        {**apiserver.params, "state": "install", "revision": 6, "manifest": manifest,
+         "files": {"encryption-config.yaml": ENCRYPTION_CONFIG}}
+    )  # fmt: skip
+    assert installed["changed"] is True, installed
+    written = time.time()
+    timeout = 45.0
+    res = apiserver.monitor(6, timeout)
+    assert (res["reason"], res["action"]) == ("NotReady", "fallback"), res
+    assert "unfinished post-start hooks: " in res["message"], res
+    assert "poststarthook/crd-informer-synced" in res["message"].split("unfinished post-start hooks: ")[1], (
+        res
+    )
+    assert res["retry"]["retryable"] is True, res
+    assert res["last_observation"]["start_attempts"] == 1, res  # it never restarted: not CrashLooping
+    live = yaml.safe_load(apiserver.live.read_text())
+    assert live["metadata"]["labels"]["revision"] == "1", live
+    assert (
+        "poststarthook/crd-informer-synced"
+        in live["metadata"]["annotations"]["startup-monitor.static-pods.openshift.io/fallback-message"]
+    )
+    wait_for(apiserver.ready, 120, "last-known-good kube-apiserver ready again", interval=1)
+    back = time.time() - written
+    print(
+        f"\nNotReady ({res['message']}): revision 6 written -> "
+        f"last-known-good /readyz ok in {back:.1f} s (monitor timeout {timeout:.0f} s)"
     )

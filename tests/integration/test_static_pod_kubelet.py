@@ -209,3 +209,25 @@ def test_a_monitor_killed_mid_watch_resumes_and_falls_back_once(operand):
     assert again["action"] == "none" and "already fallen back" in again["message"], again
     assert yaml.safe_load(operand.live.read_text())["metadata"]["uid"] == written["metadata"]["uid"]
     assert written["metadata"]["labels"]["revision"] == "1", written
+
+
+def test_the_monitor_reads_the_mirror_pod_through_the_api_server(operand, lab_real):
+    """With a client configuration (the lab's API server, where this kubelet registers its mirror
+    pods), each observation also reads the operand's mirror pod ``etcd-lab-real-0``: a good revision
+    is ready only once its mirror pod carries its revision label and is Ready; a crash-looping one is
+    seen there with its restart count and falls back all the same."""
+    operand.params["kubeconfig"] = lab_real.info["kube"]["kubeconfig"]
+    for rev in operand.pods:  # this test's own manifests (a new UID for the kubelet)
+        operand.pods[rev]["metadata"]["annotations"] = {"noderemedy.io/test": "mirror-pod"}
+    operand.install(1)
+    res = operand.monitor(1, 60)
+    assert res["ready"] is True, res
+    mirror = res["last_observation"]["mirror"]
+    assert mirror is not None and (mirror["revision"], mirror["ready"]) == (1, True), res
+    operand.install(2)
+    res = operand.monitor(2, 45.0)
+    assert (res["reason"], res["action"]) == (CRASH_LOOPING, "fallback"), res
+    mirror = res["last_observation"]["mirror"]
+    assert mirror is not None and mirror["revision"] == 2 and mirror["ready"] is False, res
+    assert res["last_observation"]["start_attempts"] >= mirror["restart_count"] + 1 > 1, res
+    wait_for(operand.serving, 90, "last-known-good revision 1 serving again")

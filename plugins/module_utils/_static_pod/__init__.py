@@ -13,7 +13,7 @@ as the enhancement describes them. StorageVersion safety follows KEP-2339 (see
 The package, by concern (this file re-exports their API and is the modules' entry point,
 :func:`execute`): ``vocabulary`` (annotations, reasons, defaults, the error type), ``readiness``
 (pure decisions), ``layout`` (filesystem, lock, atomic writes), ``probes`` (HTTP checks, one
-observation) and ``operations``.
+observation), ``monitor_pod`` (the startup monitor's own static pod) and ``operations``.
 
 Split:
 
@@ -56,6 +56,11 @@ from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.layout
     Layout,
     write_manifest_atomic,
 )
+from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.monitor_pod import (
+    MONITOR_SUFFIX,
+    monitor_params,
+    monitor_pod,
+)
 from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.operations import (
     Options,
     fallback,
@@ -69,12 +74,14 @@ from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.operat
 from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.probes import (
     PROBE_ARGSPEC,
     HttpProber,
+    MirrorPodReader,
     etcd_direct_check,
     etcd_flags,
     observe,
 )
 from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.readiness import (
     Check,
+    MirrorPod,
     Observation,
     Readiness,
     annotate_fallback,
@@ -82,6 +89,7 @@ from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.readin
     choose_fallback,
     failed_checks,
     final_readiness,
+    mirror_pod_of,
     parse_start_log,
     retry_policy,
     revisions_to_prune,
@@ -129,6 +137,21 @@ def default_probe_url(kind: str) -> str:
     return "https://localhost:2379" if kind == "etcd" else "https://localhost:6443"
 
 
+def _mirror_reader(params: dict[str, Any]) -> MirrorPodReader | None:
+    """The mirror-pod reader for ``mirror_pod: auto`` (the default): when a client configuration is
+    given (``kubeconfig`` or ``host``) and the kubernetes library is installed; None otherwise or
+    with ``mirror_pod: never``."""
+    from ansible_collections.noderemedy.core.plugins.module_utils._kube import HAS_KUBERNETES, get_api_client
+
+    if (params.get("mirror_pod") or "auto") == "never" or not HAS_KUBERNETES:
+        return None
+    if not (params.get("kubeconfig") or params.get("host")):
+        return None
+    return MirrorPodReader(
+        lambda: get_api_client(params), request_timeout=float(params.get("probe_request_timeout") or 2.0)
+    )
+
+
 def execute(params: dict[str, Any], check_mode: bool = False, storage_versions: Any = None) -> dict[str, Any]:
     """Run ``params["state"]`` with module-style ``params``; the module's whole job.
 
@@ -138,6 +161,8 @@ def execute(params: dict[str, Any], check_mode: bool = False, storage_versions: 
     """
     layout = Layout.from_params(params)
     state = params.get("state") or "status"
+    if (params.get("mirror_pod") or "auto") not in ("auto", "never"):
+        raise StaticPodError("mirror_pod: must be auto or never", field="mirror_pod", reason="InvalidInput")
     if state not in STATES:
         raise StaticPodError(
             f"state: must be one of {', '.join(STATES)}", field="state", reason="InvalidInput"
@@ -170,6 +195,8 @@ def execute(params: dict[str, Any], check_mode: bool = False, storage_versions: 
         check_mode=check_mode,
         storage_versions=storage_versions if sv_on else None,
         storage_version_unavailable=params.get("storage_version_unavailable") or "proceed",
+        in_static_pod=bool(params.get("in_static_pod")),
+        mirror_pods=_mirror_reader(params) if state == "monitor" else None,
         extra={"lock_timeout": float(params.get("lock_timeout") or DEFAULT_LOCK_TIMEOUT)},
     )
     try:
@@ -185,7 +212,23 @@ def execute(params: dict[str, Any], check_mode: bool = False, storage_versions: 
     if state == "retry":
         res = retry(layout, opts)
     elif state == "install":
-        res = install(layout, opts, params.get("manifest"), params.get("files"))
+        spec = params.get("startup_monitor")
+        render = None
+        if spec is not None:
+            full = {
+                **params,
+                "manifests_dir": str(layout.manifests_dir),
+                "resources_dir": str(layout.resources_dir),
+                "lock_file": str(layout.lock_file),
+            }
+            rev = int(opts.revision or 0)
+            # rendered once up front: bad input is refused before the lock is taken
+            monitor_pod(full, rev, spec, "kube-system")
+
+            def render(namespace: str) -> dict[str, Any]:
+                return monitor_pod(full, rev, spec, namespace)
+
+        res = install(layout, opts, params.get("manifest"), params.get("files"), render)
     elif state == "status":
         res = status(layout, opts)
     elif state == "prune":
@@ -231,6 +274,9 @@ __all__ = [
     "InstallerLock",
     "LAYOUT_ARGSPEC",
     "Layout",
+    "MONITOR_SUFFIX",
+    "MirrorPod",
+    "MirrorPodReader",
     "NEVER_STARTED_UP",
     "NOT_READY",
     "Observation",
@@ -258,6 +304,9 @@ __all__ = [
     "final_readiness",
     "install",
     "mark_good",
+    "mirror_pod_of",
+    "monitor_params",
+    "monitor_pod",
     "observe",
     "parse_start_log",
     "prune",

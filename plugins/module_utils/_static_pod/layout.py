@@ -134,6 +134,11 @@ class Layout:
         return self.manifests_dir / f"{self.operand}-pod.yaml"
 
     @property
+    def monitor_manifest(self) -> Path:
+        """``<manifests_dir>/<operand>-startup-monitor-pod.yaml``: the startup monitor's own static pod."""
+        return self.manifests_dir / f"{self.operand}-startup-monitor-pod.yaml"
+
+    @property
     def lkg_link(self) -> Path:
         """``<resources_dir>/<operand>-last-known-good``."""
         return self.resources_dir / f"{self.operand}-last-known-good"

@@ -22,6 +22,7 @@ from typing import Any
 from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.layout import (
     InstallerLock,
     Layout,
+    _fsync_dir,
     write_manifest_atomic,
     yaml,
 )
@@ -85,6 +86,11 @@ class Options:
     storage_versions: Any = None
     #: what to do when the StorageVersion API is not served or unreachable: proceed or refuse.
     storage_version_unavailable: str = "proceed"
+    #: the monitor runs as the startup-monitor static pod (:mod:`.monitor_pod`): it waits until the
+    #: live manifest is of its revision and removes its own manifest when done.
+    in_static_pod: bool = False
+    #: a :class:`.probes.MirrorPodReader` (the mirror pod through the API server), or None.
+    mirror_pods: Any = None
     extra: dict = field(default_factory=dict)
 
 
@@ -375,7 +381,11 @@ def _revision_pod(manifest: Any, revision: int) -> dict[str, Any]:
 
 
 def install(
-    layout: Layout, opts: Options, manifest: Any, files: dict[str, str] | None = None
+    layout: Layout,
+    opts: Options,
+    manifest: Any,
+    files: dict[str, str] | None = None,
+    monitor: Callable[[str], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Install revision ``opts.revision`` as the seed's installer does, under the installer lock.
 
@@ -386,6 +396,12 @@ def install(
     immutable: installing it again with the same content changes nothing; with other content it is
     refused. While another installer (or a fallback) holds the lock, this waits up to
     ``lock_timeout`` and then fails without writing anything.
+
+    ``monitor``: renders the startup-monitor static pod for the operand's namespace
+    (:func:`.monitor_pod.monitor_pod`); when given, and the live manifest changes, the monitor's
+    manifest (:attr:`Layout.monitor_manifest`) is written first, the same atomic way, then the
+    operand's: the monitor waits until it sees the operand manifest of its revision (the
+    enhancement's installer writes both; library-go's monitor waits for its revision).
 
     Returns the result dict (``action: install``, ``revision``, ``files_written``,
     ``lock_waited_seconds``). Raises StaticPodError naming ``revision``, ``manifest``, ``files``,
@@ -408,6 +424,10 @@ def install(
             )
     data = yaml.safe_dump(pod, sort_keys=False).encode()
     wanted = {manifest_name: data, **{n: t.encode() for n, t in files.items()}}
+    monitor_data = None
+    if monitor is not None:
+        namespace = str(pod["metadata"].get("namespace") or "kube-system")
+        monitor_data = yaml.safe_dump(monitor(namespace), sort_keys=False).encode()
     res = _base_result(layout)
     res.update(action="install", revision=rev)
     with InstallerLock(layout.lock_file, float(opts.extra.get("lock_timeout", DEFAULT_LOCK_TIMEOUT))) as lock:
@@ -441,6 +461,17 @@ def install(
         live = layout.live_manifest.read_bytes() if layout.live_manifest.exists() else None
         if live != data:
             res["changed"] = True
+            if monitor_data is not None:
+                if not opts.check_mode:
+                    try:
+                        write_manifest_atomic(layout.monitor_manifest, monitor_data)
+                    except OSError as exc:
+                        raise StaticPodError(
+                            f"manifests_dir: cannot write {layout.monitor_manifest}: {exc}",
+                            field="manifests_dir",
+                            result=res,
+                        ) from exc
+                res["files_written"].append(str(layout.monitor_manifest))
             if not opts.check_mode:
                 _write_live(layout, data, opts, res)
             res["files_written"].append(str(layout.live_manifest))
@@ -616,6 +647,10 @@ def run_monitor(
     (library-go: never judge a revision that is not running). ``clock``/``sleep``/``observe_fn``
     are injectable for the pure loop tests.
 
+    With ``opts.in_static_pod`` (the monitor is the startup-monitor static pod the installer
+    wrote): first :func:`wait_for_revision`, and at the end :func:`remove_own_manifest` (result
+    keys ``waited_for_revision_seconds``, the monitor manifest in ``files_removed``).
+
     Result keys besides the operation's: ``ready``, ``reason``, ``message``, ``observations``,
     ``elapsed_seconds``, ``decision_seconds`` (from the deadline to the write), ``retry``.
     """
@@ -624,6 +659,80 @@ def run_monitor(
         raise StaticPodError(
             "timeout / interval: must be > 0 seconds", field="timeout", reason="InvalidInput"
         )
+    waited = wait_for_revision(layout, expected, opts.interval, clock, sleep) if opts.in_static_pod else 0.0
+    res = _judge(layout, opts, prober, expected, clock, sleep, observe_fn)
+    if opts.in_static_pod:
+        res["waited_for_revision_seconds"] = round(waited, 3)
+        remove_own_manifest(layout, expected, opts, res)
+    return res
+
+
+def wait_for_revision(
+    layout: Layout,
+    expected: int,
+    interval: float,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> float:
+    """Wait, without a deadline, until the live manifest is of revision ``expected`` (or is already
+    the fallback for it); returns the seconds waited.
+
+    The startup monitor as a static pod can start before the installer's operand manifest is in
+    place, or next to an operand manifest of another revision (an installer that died, a
+    downgrade): it then neither judges nor writes anything (library-go ``startupmonitor``: wait
+    until the operand's revision is the monitor's). Polls every ``interval`` seconds.
+    """
+    start = clock()
+    while True:
+        with contextlib.suppress(StaticPodError):
+            live = layout.read_pod(layout.live_manifest, "live manifest")
+            ann = live["metadata"].get("annotations") or {}
+            if str(ann.get(FALLBACK_FOR_REVISION, "")) == str(expected):
+                break
+            if pod_revision(live, "live manifest") == expected:
+                break
+        sleep(interval)
+    return clock() - start
+
+
+def remove_own_manifest(layout: Layout, expected: int, opts: Options, res: dict[str, Any]) -> None:
+    """The startup monitor of revision ``expected`` removes its own manifest
+    (:attr:`Layout.monitor_manifest`) under the installer lock, once it has marked the revision
+    good, fallen back or found nothing to judge; the kubelet then stops it. A monitor manifest of
+    another revision (a newer installer's) is left alone. Adds the path to ``res["files_removed"]``.
+    StaticPodError (``LockBusy``, or naming ``manifests_dir`` when the file cannot be removed)."""
+    with InstallerLock(layout.lock_file, float(opts.extra.get("lock_timeout", DEFAULT_LOCK_TIMEOUT))):
+        try:
+            mine = pod_revision(
+                layout.read_pod(layout.monitor_manifest, "monitor manifest"), "monitor manifest"
+            )
+        except StaticPodError:
+            return
+        if mine != expected:
+            return
+        if not opts.check_mode:
+            try:
+                layout.monitor_manifest.unlink()
+                _fsync_dir(layout.manifests_dir)
+            except OSError as exc:
+                raise StaticPodError(
+                    f"manifests_dir: cannot remove {layout.monitor_manifest}: {exc}",
+                    field="manifests_dir",
+                    result=res,
+                ) from exc
+        res["changed"] = True
+        res["files_removed"].append(str(layout.monitor_manifest))
+
+
+def _judge(
+    layout: Layout,
+    opts: Options,
+    prober: HttpProber | None,
+    expected: int,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+    observe_fn: Callable[..., Observation] | None,
+) -> dict[str, Any]:
     # a monitor restarted after its fallback (its process or container killed): the fallback is in
     # place, so there is nothing to watch and nothing to write again
     if layout.live_manifest.exists():
@@ -633,7 +742,7 @@ def run_monitor(
                 res = fallback(layout, opts, str(ann.get(FALLBACK_REASON) or NOT_READY), "", current=expected)
                 res.update(ready=False, revision=expected, observations=0, elapsed_seconds=0.0)
                 return res
-    obs_fn = observe_fn or (lambda now, left: observe(layout, expected, prober, now, left))
+    obs_fn = observe_fn or (lambda now, left: observe(layout, expected, prober, now, left, opts.mirror_pods))
     start = clock()
     deadline = start + opts.timeout
     observations: list[Observation] = []

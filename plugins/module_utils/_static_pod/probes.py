@@ -10,9 +10,11 @@ import contextlib
 import os
 import re
 import ssl
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib import error as urlerror
+from urllib.parse import quote
 
 from ansible.module_utils.urls import open_url
 
@@ -21,10 +23,12 @@ from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.layout
 )
 from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.readiness import (
     Check,
+    MirrorPod,
     Observation,
     _check_text,
     attempts_from_log_files,
     is_pod_log_dir,
+    mirror_pod_of,
     parse_start_log,
     pod_revision,
     static_pod_name,
@@ -274,17 +278,64 @@ def _kubelet_observation(layout: Layout, expected_revision: int) -> tuple[int, i
     return attempts, live_revision
 
 
+class MirrorPodReader:
+    """Reads the operand's mirror pod through the API server, best effort (the enhancement's steps
+    5-6: the monitor reads the mirror pod's revision and readiness from the localhost API server).
+
+    ``client_factory`` returns a ``kubernetes.client.ApiClient`` (:func:`._kube.get_api_client`);
+    it is called once, lazily. :meth:`read` never raises: a missing client configuration, an API
+    server that does not answer (the usual case while a new kube-apiserver revision starts) or a
+    missing pod gives None, and the monitor judges from the files and HTTP checks alone.
+    ``request_timeout`` is seconds per request.
+    """
+
+    def __init__(self, client_factory: Callable[[], Any], request_timeout: float = 2.0) -> None:
+        self._factory = client_factory
+        self._client: Any = None
+        self._broken = False
+        self.request_timeout = request_timeout
+        self.last_error = ""
+
+    def read(self, namespace: str, name: str) -> MirrorPod | None:
+        """The mirror pod ``namespace/name`` (name: ``<metadata.name>-<node name>``), or None."""
+        from ansible_collections.noderemedy.core.plugins.module_utils._kube import KubeError, request
+
+        if self._broken:
+            return None
+        try:
+            if self._client is None:
+                self._client = self._factory()
+            obj = request(
+                self._client,
+                "GET",
+                f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}",
+                timeout=self.request_timeout,
+            )
+        except KubeError as exc:
+            self.last_error = str(exc)
+            if exc.reason == "invalid" and self._client is None:
+                self._broken = True  # no usable configuration: do not try again every iteration
+            return None
+        except Exception as exc:  # best effort: any client failure means "not read"
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            return None
+        return mirror_pod_of(obj)
+
+
 def observe(
     layout: Layout,
     expected_revision: int,
     prober: HttpProber | None,
     now: float,
     deadline_in: float | None = None,
+    mirror: MirrorPodReader | None = None,
 ) -> Observation:
-    """One observation: start attempts plus the HTTP checks.
+    """One observation: start attempts, the HTTP checks and, with ``mirror``, the mirror pod.
 
     Start attempts come from the kubelet's per-container log files when ``layout.pod_logs_dir``
     is set (:func:`kubelet_start_attempts`), else from the termination log (:func:`parse_start_log`).
+    A mirror pod of the expected revision that has started counts ``restartCount + 1`` attempts
+    when that is more (the kubelet's own count), and makes the expected revision the running one.
     """
     if layout.pod_logs_dir is not None:
         attempts, running = _kubelet_observation(layout, expected_revision)
@@ -294,9 +345,20 @@ def observe(
         except OSError:
             text = ""
         attempts, running = parse_start_log(text, expected_revision)
+    seen: MirrorPod | None = None
+    if mirror is not None:
+        with contextlib.suppress(StaticPodError, KeyError, TypeError):
+            live = layout.read_pod(layout.live_manifest, "manifest")
+            meta = live["metadata"]
+            seen = mirror.read(
+                str(meta.get("namespace") or "default"), static_pod_name(str(meta["name"]), layout.node_name)
+            )
+        if seen is not None and seen.revision == expected_revision and seen.started:
+            attempts = max(attempts, seen.restart_count + 1)
+            running = expected_revision if running is None else running
     checks: dict[str, Check] = {}
     if prober is not None and attempts > 0 and running == expected_revision:
         checks = prober.checks(deadline_in, _manifest_of(layout, expected_revision))
     return Observation(
-        now, attempts, running, checks.get("healthz"), checks.get("readyz"), checks.get("etcd")
+        now, attempts, running, checks.get("healthz"), checks.get("readyz"), checks.get("etcd"), seen
     )

@@ -46,6 +46,46 @@ class Check:
 
 
 @dataclass(frozen=True)
+class MirrorPod:
+    """The operand's mirror pod as the API server shows it (the enhancement's steps 5-6).
+
+    Attributes:
+        revision: its ``revision`` label (None if absent or not an integer).
+        ready: ``status.conditions[type=Ready].status == "True"``.
+        restart_count: the first container's ``restartCount`` (0 without a status).
+        started: the first container has run at least once (running, terminated, or restarted).
+        uid: ``metadata.uid`` of the mirror pod.
+    """
+
+    revision: int | None
+    ready: bool
+    restart_count: int = 0
+    started: bool = False
+    uid: str = ""
+
+
+def mirror_pod_of(obj: Any) -> MirrorPod | None:
+    """A :class:`MirrorPod` from a Pod as JSON (``GET /api/v1/namespaces/<ns>/pods/<name>``);
+    None when ``obj`` is not a Pod."""
+    if not isinstance(obj, dict) or not isinstance(obj.get("metadata"), dict):
+        return None
+    meta = obj["metadata"]
+    label = str((meta.get("labels") or {}).get(REVISION_LABEL, ""))
+    status = obj.get("status") or {}
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
+    )
+    statuses = status.get("containerStatuses") or []
+    first = statuses[0] if statuses and isinstance(statuses[0], dict) else {}
+    restarts = int(first.get("restartCount") or 0)
+    state = first.get("state") or {}
+    started = restarts > 0 or "running" in state or "terminated" in state
+    return MirrorPod(
+        int(label) if label.isdigit() else None, ready, restarts, started, str(meta.get("uid", ""))
+    )
+
+
+@dataclass(frozen=True)
 class Observation:
     """What one probe iteration saw, at ``time`` (seconds, monotonic clock of the monitor).
 
@@ -54,6 +94,8 @@ class Observation:
             per-container log files).
         running_revision: revision of the latest start record (None if the log has none).
         healthz / readyz / etcd: the HTTP checks (None if not run this iteration).
+        mirror: the operand's mirror pod read through the API server (None when not read: no
+            client configuration, or the API server did not answer).
     """
 
     time: float
@@ -62,6 +104,7 @@ class Observation:
     healthz: Check | None = None
     readyz: Check | None = None
     etcd: Check | None = None
+    mirror: MirrorPod | None = None
 
 
 @dataclass(frozen=True)
@@ -164,9 +207,14 @@ def assess(expected_revision: int, obs: Observation) -> Readiness:
     2. no start attempt → NeverStartedUp;
     3. the etcd check is red → EtcdUnhealthy;
     4. ``/healthz`` red → Unhealthy (CrashLooping if it does not answer and there were several
-       start attempts);
+       start attempts), except when every failing healthz check is a post-start hook: a
+       kube-apiserver adds its post-start hooks to ``/healthz`` as well as ``/readyz``
+       (k8s.io/apiserver ``AddBootSequenceHealthChecks``), so a hook that never finishes turns
+       both red; that is NotReady, naming the hooks;
     5. ``/readyz`` red → NotReady, listing the unfinished post-start hooks;
-    6. otherwise ready.
+    6. the mirror pod, when it was read (the enhancement's steps 5-6), is not of the expected
+       revision yet or not Ready → NotReady;
+    7. otherwise ready.
     """
     if obs.running_revision is not None and obs.running_revision != expected_revision:
         return Readiness(
@@ -179,6 +227,14 @@ def assess(expected_revision: int, obs: Observation) -> Readiness:
         return Readiness(False, NEVER_STARTED_UP, f"no start-up attempt of revision {expected_revision} seen")
     if obs.etcd is not None and obs.etcd.answered and not obs.etcd.ok:
         return Readiness(False, ETCD_UNHEALTHY, f"etcd check: {_check_text(obs.etcd)}")
+    if obs.healthz is not None and not obs.healthz.ok and obs.healthz.answered:
+        failing = failed_checks(obs.healthz.body)
+        if failing and all(n.startswith("poststarthook/") for n in failing):
+            return Readiness(
+                False,
+                NOT_READY,
+                f"healthz: {_check_text(obs.healthz)}; unfinished post-start hooks: {', '.join(failing)}",
+            )
     if obs.healthz is not None and not obs.healthz.ok:
         if not obs.healthz.answered and obs.start_attempts > 1:
             return Readiness(
@@ -196,6 +252,18 @@ def assess(expected_revision: int, obs: Observation) -> Readiness:
         return Readiness(False, NOT_READY, f"readyz: {_check_text(obs.readyz)}{unfinished}")
     if obs.healthz is None and obs.readyz is None:
         return Readiness(False, UNHEALTHY, "no health check was run")
+    if obs.mirror is not None and obs.mirror.revision != expected_revision:
+        return Readiness(
+            False,
+            NOT_READY,
+            f"the mirror pod is still of revision {obs.mirror.revision} (the kubelet has not updated it)",
+        )
+    if obs.mirror is not None and not obs.mirror.ready:
+        return Readiness(
+            False,
+            NOT_READY,
+            f"the mirror pod of revision {expected_revision} is not Ready (restarts: {obs.mirror.restart_count})",
+        )
     return Readiness(True)
 
 
