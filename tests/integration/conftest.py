@@ -5,7 +5,9 @@
 * ``namespace``: a fresh namespace for a runner (Leases, status ConfigMap); NodeFences deleted after;
 * ``runners``: the :class:`~runner_harness.Runner` objects a test starts; those still alive are
   stopped after it;
-* ``powered_on``: the lab, every node powered on and Ready again after the test.
+* ``powered_on``: the lab, every node powered on and Ready again after the test;
+* ``remediation_image``: the remediation pod image built from this checkout (``./dev image``),
+  once per test run for every pytest-xdist worker.
 
 The lab itself (``lab``, ``lab_kube``) comes from the ``noderemedy_lab`` pytest plugin, and
 ``run_playbook`` from ``tests/conftest.py``.
@@ -13,8 +15,12 @@ The lab itself (``lab``, ``lab_kube``) comes from the ``noderemedy_lab`` pytest 
 
 from __future__ import annotations
 
+import fcntl
+import json
+import subprocess
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,6 +29,8 @@ from kube_helpers import wait_for
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from runner_harness import CRD_DIR, Runner, delete_nodefences
+
+ROOT = Path(__file__).resolve().parents[2]
 
 #: The longest test files (seconds of tests per file, measured with ``--durations=0`` under 2
 #: workers), longest first. pytest-xdist's ``--dist loadfile`` hands files out in collection order,
@@ -125,3 +133,32 @@ def powered_on(lab_kube: Any) -> Iterator[Any]:
     for node in lab_kube.info["nodes"]:
         lab_kube.power_on(node)
     lab_kube.wait_nodes(lab_kube.info["nodes"], "True", 90)
+
+
+@pytest.fixture(scope="session")
+def remediation_image(testrun_uid: str) -> dict[str, Any]:
+    """The remediation pod image built from this checkout by ``./dev image``, as its
+    ``build/image/image.json`` (``image``, ``archive``, ``size_bytes``, ``build_s``).
+
+    Built once per test run: the xdist workers share ``build/``, so the first one builds under an
+    exclusive lock on ``build/.image.lock`` and stamps ``build/image/.testrun`` with the run's id;
+    the others wait for the lock and reuse that build. A failed build fails the test, never skips it.
+    """
+    build = ROOT / "build"
+    build.mkdir(exist_ok=True)
+    stamp = build / "image" / ".testrun"
+    with (build / ".image.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not stamp.is_file() or stamp.read_text() != testrun_uid:
+            out = subprocess.run(
+                [str(ROOT / "dev"), "image"],
+                capture_output=True,
+                text=True,
+                timeout=1800,
+                cwd=ROOT,
+                check=False,
+            )
+            assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+            stamp.write_text(testrun_uid)
+        doc: dict[str, Any] = json.loads((build / "image" / "image.json").read_text())
+    return doc

@@ -206,7 +206,7 @@ def test_a_bad_revision_falls_back_to_last_known_good(apiserver, rev, reason, ti
     live = yaml.safe_load(apiserver.live.read_text())
     assert live["metadata"]["labels"]["revision"] == "1", live
     print(
-        f"\n{reason}: bad revision {rev} written -> last-known-good kube-apiserver /readyz ok in {back:.1f} s "
+        f"\nFIGURE {reason}: bad revision {rev} written -> last-known-good kube-apiserver /readyz ok in {back:.1f} s "
         f"(monitor timeout {timeout:.0f} s; attempts seen {res['last_observation']['start_attempts']})"
     )
 
@@ -254,7 +254,7 @@ def test_etcd_unhealthy_is_retried_after_its_backoff_and_succeeds_once_etcd_is_r
         lkg = Path(os.readlink(apiserver.resources / "kube-apiserver-last-known-good")).parent.name
         assert lkg == "kube-apiserver-pod-3", lkg
         print(
-            f"\nEtcdUnhealthy retried: endpoint fixed -> revision 3 ready in {time.time() - fixed:.1f} s (backoff 20 s)"
+            f"\nFIGURE EtcdUnhealthy retried: endpoint fixed -> revision 3 ready in {time.time() - fixed:.1f} s (backoff 20 s)"
         )
     finally:
         relay.terminate()
@@ -303,7 +303,7 @@ def test_an_audit_policy_the_apiserver_refuses_crash_loops_and_falls_back(apiser
     live = yaml.safe_load(apiserver.live.read_text())
     assert live["metadata"]["labels"]["revision"] == "1", live
     print(
-        f"\nCrashLooping (invalid audit policy): revision 5 written -> last-known-good /readyz ok in {back:.1f} s "
+        f"\nFIGURE CrashLooping (invalid audit policy): revision 5 written -> last-known-good /readyz ok in {back:.1f} s "
         f"(monitor timeout {timeout:.0f} s; attempts seen {res['last_observation']['start_attempts']})"
     )
 
@@ -379,6 +379,6 @@ def test_a_post_start_hook_that_never_finishes_falls_back_with_not_ready_naming_
     wait_for(apiserver.ready, 120, "last-known-good kube-apiserver ready again", interval=1)
     back = time.time() - written
     print(
-        f"\nNotReady ({res['message']}): revision 6 written -> "
+        f"\nFIGURE NotReady ({res['message']}): revision 6 written -> "
         f"last-known-good /readyz ok in {back:.1f} s (monitor timeout {timeout:.0f} s)"
     )

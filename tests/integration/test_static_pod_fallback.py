@@ -162,7 +162,7 @@ def report(name: str, res: dict, installed_at: float, timeout: float) -> None:
     written = res.get("written_at")
     since_install = f"{written - installed_at:.2f}" if written else "n/a"
     print(
-        f"\n[measure] {name}: reason={res.get('reason')!r} timeout={timeout} s "
+        f"\nFIGURE {name}: reason={res.get('reason')!r} timeout={timeout} s "
         f"monitor elapsed={res['elapsed_seconds']} s (over timeout: {res['elapsed_seconds'] - timeout:+.2f} s), "
         f"decision after deadline={res.get('decision_seconds')} s, install→fallback written={since_install} s, "
         f"observations={res['observations']}"
@@ -179,7 +179,7 @@ def test_good_revision_turns_ready_and_becomes_last_known_good(operand, collecti
         )
         assert kubelet.error is None
     print(
-        f"\n[measure] good revision ready after {res['elapsed_seconds']} s (installed {time.time() - installed:.1f} s ago)"
+        f"\nFIGURE good revision ready after {res['elapsed_seconds']} s (installed {time.time() - installed:.1f} s ago)"
     )
     assert (res["ready"], res["action"], res["reason"], res["revision"]) == (True, "mark_good", "", 1), res
     link = operand.resources / "kube-apiserver-last-known-good"

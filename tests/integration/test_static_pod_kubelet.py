@@ -157,7 +157,7 @@ def test_good_revision_then_a_crash_looping_one_falls_back(operand):
     live = yaml.safe_load(operand.live.read_text())
     assert live["metadata"]["labels"]["revision"] == "1", live
     print(
-        f"\nCrashLooping: bad revision written -> last-known-good serving in {back:.1f} s (monitor timeout {timeout:.0f} s)"
+        f"\nFIGURE CrashLooping: bad revision written -> last-known-good serving in {back:.1f} s (monitor timeout {timeout:.0f} s)"
     )
 
 
@@ -172,7 +172,7 @@ def test_a_manifest_the_kubelet_cannot_read_never_starts_up(operand):
     wait_for(operand.serving, 90, "last-known-good revision 1 serving again")
     back = time.time() - written
     print(
-        f"\nNeverStartedUp: bad revision written -> last-known-good serving in {back:.1f} s (monitor timeout {timeout:.0f} s)"
+        f"\nFIGURE NeverStartedUp: bad revision written -> last-known-good serving in {back:.1f} s (monitor timeout {timeout:.0f} s)"
     )
 
 

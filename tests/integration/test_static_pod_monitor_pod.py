@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import json
 import os
 import struct
 import threading
@@ -46,9 +45,6 @@ from noderemedy_lab.realnode import import_image
 pytestmark = [pytest.mark.lab, pytest.mark.kube]
 
 ROOT = Path(__file__).resolve().parents[2]
-IMAGE_JSON = ROOT / "build" / "image" / "image.json"
-#: where the remediation pod image has the collection (lab/noderemedy_lab/image.py)
-IMAGE_COLLECTION = "/usr/share/ansible/collections/ansible_collections/noderemedy/core"
 
 
 class DirWatch:
@@ -92,14 +88,11 @@ class DirWatch:
 
 
 @pytest.fixture(scope="module")
-def remediation_image(lab_real):
-    """The remediation pod image (``./dev image``), imported into lab-real-0's containerd."""
-    if not IMAGE_JSON.is_file():
-        pytest.skip("the remediation pod image is not built here: run ./dev image (build/image/image.json)")
-    built = json.loads(IMAGE_JSON.read_text())
+def monitor_image(lab_real, remediation_image: dict) -> str:
+    """The remediation pod image (built from this checkout), imported into lab-real-0's containerd."""
     info = lab_real.info["real_nodes"][NODE]
-    import_image(info["containerd_socket"], Path(built["archive"]), "remediation pod image")
-    return built["image"]
+    import_image(info["containerd_socket"], Path(remediation_image["archive"]), "remediation pod image")
+    return str(remediation_image["image"])
 
 
 class MonitoredOperand:
@@ -127,10 +120,7 @@ class MonitoredOperand:
             "timeout": timeout,
         }
         (tmp / "lock").mkdir()
-        self.monitor_spec = {
-            "image": image,
-            "extra_mounts": [{"host_path": str(ROOT), "mount_path": IMAGE_COLLECTION}],
-        }
+        self.monitor_spec = {"image": image}
         self.prober = HttpProber(self.url, "etcd", request_timeout=1.0)
         self.test_id = tmp.name
 
@@ -177,8 +167,8 @@ class MonitoredOperand:
 
 
 @pytest.fixture
-def monitored(lab_real, remediation_image, tmp_path):
-    op = MonitoredOperand(lab_real, tmp_path, remediation_image, timeout=30.0)
+def monitored(lab_real, monitor_image, tmp_path):
+    op = MonitoredOperand(lab_real, tmp_path, monitor_image, timeout=30.0)
     yield op
     op.monitor_manifest.unlink(missing_ok=True)
     op.live.unlink(missing_ok=True)
@@ -195,7 +185,7 @@ def test_the_monitor_pod_marks_a_good_revision_and_removes_its_manifest(monitore
     assert monitored.live_pod()["metadata"]["labels"]["revision"] == "1"
     assert FALLBACK_FOR_REVISION not in (monitored.live_pod()["metadata"].get("annotations") or {})
     print(
-        f"\ngood revision (monitor pod): written -> last-known-good in {marked:.1f} s "
+        f"\nFIGURE good revision (monitor pod): written -> last-known-good in {marked:.1f} s "
         f"(monitor timeout {monitored.timeout:.0f} s)"
     )
 
@@ -239,7 +229,7 @@ def test_the_monitor_pod_falls_back_from_a_crash_looping_revision_and_only_dot_t
         and watch.moved_in.count("etcd-startup-monitor-pod.yaml") == 2
     )
     print(
-        f"\nCrashLooping (monitor pod): revision 2 written -> fallback written in {fell_back:.1f} s, "
+        f"\nFIGURE CrashLooping (monitor pod): revision 2 written -> fallback written in {fell_back:.1f} s, "
         f"last-known-good serving in {back:.1f} s (monitor timeout {monitored.timeout:.0f} s); "
         f"{len(watch.created)} names created in the manifests directory, all dot-prefixed"
     )
@@ -275,6 +265,6 @@ def test_the_monitor_pod_waits_while_the_operand_manifest_is_of_another_revision
     wait_for(lambda: not monitored.monitor_manifest.exists(), 60, "the monitor pod removing its manifest")
     assert monitored.live_pod()["metadata"]["labels"]["revision"] == "3"
     print(
-        f"\nwaiting monitor pod: waited {monitored.timeout + 10:.0f} s without writing; revision 3 written -> "
+        f"\nFIGURE waiting monitor pod: waited {monitored.timeout + 10:.0f} s without writing; revision 3 written -> "
         f"last-known-good in {marked:.1f} s (monitor timeout {monitored.timeout:.0f} s)"
     )
