@@ -80,6 +80,11 @@ class NodeOperand:
             1: operand_pod(1, SERVE.format(rev=1, port=PORT)),
             2: operand_pod(2, "echo revision 2 exits; exit 1"),
         }
+        # every test's manifests carry its name, so each test's static pods get UIDs of their own: the
+        # kubelet (UID = the manifest's hash) does not start a static pod re-added with the UID of
+        # one it has just terminated, and every test installs revision 1
+        for pod in self.pods.values():
+            pod["metadata"]["annotations"] = {"noderemedy.io/test": tmp.name}
         # revision 3 is what a broken installer of someone else's writes: not YAML (ours refuses it)
         d = self.resources / "etcd-pod-3"
         d.mkdir(parents=True)
@@ -217,8 +222,6 @@ def test_the_monitor_reads_the_mirror_pod_through_the_api_server(operand, lab_re
     is ready only once its mirror pod carries its revision label and is Ready; a crash-looping one is
     seen there with its restart count and falls back all the same."""
     operand.params["kubeconfig"] = lab_real.info["kube"]["kubeconfig"]
-    for rev in operand.pods:  # this test's own manifests (a new UID for the kubelet)
-        operand.pods[rev]["metadata"]["annotations"] = {"noderemedy.io/test": "mirror-pod"}
     operand.install(1)
     res = operand.monitor(1, 60)
     assert res["ready"] is True, res
