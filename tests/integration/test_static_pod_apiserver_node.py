@@ -162,6 +162,32 @@ class NodeApiserver:
         os.replace(tmp, self.live)
         return time.time()
 
+    def install_with_file(self, rev: int, flag: str, name: str, content: str, *args: str) -> dict:
+        """Install revision ``rev`` with our installer (``state: install``): the apiserver given
+        ``<flag>=<revision dir>/<name>`` (and ``args``), the file ``name`` with ``content`` written
+        into the revision directory and mounted read-only at the same path; returns the module's
+        result."""
+        rev_dir = self.resources / f"kube-apiserver-pod-{rev}"
+        manifest = pod(
+            "kube-apiserver",
+            {"app": "kube-apiserver"},
+            [
+                *self.base_args,
+                f"--etcd-servers=http://127.0.0.1:{ETCD_PORT}",
+                f"{flag}={rev_dir}/{name}",
+                *args,
+            ],
+            self.pki,
+        )
+        manifest["spec"]["volumes"].append(
+            {"name": "revision", "hostPath": {"path": str(rev_dir), "type": "DirectoryOrCreate"}}
+        )
+        manifest["spec"]["containers"][0]["volumeMounts"].append(
+            {"name": "revision", "mountPath": str(rev_dir), "readOnly": True}
+        )
+        params = {**self.params, "state": "install", "revision": rev, "manifest": manifest}
+        return execute({**params, "files": {name: content}})
+
     def ready(self) -> bool:
         return bool(in_node(self.netns, "ready", self.params, 30)["ok"])
 
@@ -267,23 +293,9 @@ def test_an_audit_policy_the_apiserver_refuses_crash_loops_and_falls_back(apiser
     real kubelet: CrashLooping, fallback to revision 1, no retry. The kubelet's own log of the
     container says why."""
     _good(apiserver)
-    rev_dir = apiserver.resources / "kube-apiserver-pod-5"
-    manifest = pod(
-        "kube-apiserver",
-        {"app": "kube-apiserver"},
-        [*apiserver.base_args, f"--etcd-servers=http://127.0.0.1:{ETCD_PORT}",
-         f"--audit-policy-file={rev_dir}/audit-policy.yaml", "--audit-log-path=-"],
-        apiserver.pki,
-    )  # fmt: skip
-    manifest["spec"]["volumes"].append(
-        {"name": "revision", "hostPath": {"path": str(rev_dir), "type": "DirectoryOrCreate"}}
-    )
-    manifest["spec"]["containers"][0]["volumeMounts"].append(
-        {"name": "revision", "mountPath": str(rev_dir), "readOnly": True}
-    )
-    installed = execute(
-        {**apiserver.params, "state": "install", "revision": 5, "manifest": manifest,
-         "files": {"audit-policy.yaml": "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules: [{level: Loud}]\n"}}
+    installed = apiserver.install_with_file(
+        5, "--audit-policy-file", "audit-policy.yaml",
+        "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules: [{level: Loud}]\n", "--audit-log-path=-",
     )  # fmt: skip
     assert installed["changed"] is True, installed
     written = time.time()
@@ -341,24 +353,9 @@ def test_a_post_start_hook_that_never_finishes_falls_back_with_not_ready_naming_
     }  # fmt: skip
     path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
     assert in_node(apiserver.netns, "post", apiserver.params, 60, path=path, body=crd)["status"] == 201
-    rev_dir = apiserver.resources / "kube-apiserver-pod-6"
-    manifest = pod(
-        "kube-apiserver",
-        {"app": "kube-apiserver"},
-        [*apiserver.base_args, f"--etcd-servers=http://127.0.0.1:{ETCD_PORT}",
-         f"--encryption-provider-config={rev_dir}/encryption-config.yaml"],
-        apiserver.pki,
-    )  # fmt: skip
-    manifest["spec"]["volumes"].append(
-        {"name": "revision", "hostPath": {"path": str(rev_dir), "type": "DirectoryOrCreate"}}
+    installed = apiserver.install_with_file(
+        6, "--encryption-provider-config", "encryption-config.yaml", ENCRYPTION_CONFIG
     )
-    manifest["spec"]["containers"][0]["volumeMounts"].append(
-        {"name": "revision", "mountPath": str(rev_dir), "readOnly": True}
-    )
-    installed = execute(
-        {**apiserver.params, "state": "install", "revision": 6, "manifest": manifest,
-         "files": {"encryption-config.yaml": ENCRYPTION_CONFIG}}
-    )  # fmt: skip
     assert installed["changed"] is True, installed
     written = time.time()
     timeout = 45.0
