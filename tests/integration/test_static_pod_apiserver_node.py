@@ -6,7 +6,8 @@ containerd). A dedicated etcd runs as a second static pod on the node's 127.0.0.
 revisions live under ``<tmp>/resources/kube-apiserver-pod-<rev>/`` and are installed into the
 kubelet's staticPodPath with a dot temp file and a rename. Revision 1 is good, revision 2 has an
 unknown flag (CrashLooping), revision 3 points at an etcd endpoint where nothing listens
-(EtcdUnhealthy, retryable), revision 4 is not YAML (NeverStartedUp), revision 5 has an audit policy
+(EtcdUnhealthy, retryable), revision 4 is not YAML (NeverStartedUp), revision 7 serves on another
+port than the one it is checked on (it starts once and never answers: Unhealthy, retryable), revision 5 has an audit policy
 the kube-apiserver refuses (CrashLooping), revision 6 an encryption configuration that cannot read
 what revision 1 stored (a post-start hook never finishes: NotReady).
 
@@ -121,6 +122,12 @@ class NodeApiserver:
             1: [*base, f"--etcd-servers=http://127.0.0.1:{ETCD_PORT}"],
             2: [*base, f"--etcd-servers=http://127.0.0.1:{ETCD_PORT}", "--this-flag-does-not-exist=1"],
             3: [*base, f"--etcd-servers=http://127.0.0.1:{ETCD_PORT + 7}"],
+            # serves, but on another port than the one it is checked on (a wrong --secure-port)
+            7: [
+                *[a for a in base if not a.startswith("--secure-port=")],
+                f"--secure-port={APISERVER_PORT + 1}",
+                f"--etcd-servers=http://127.0.0.1:{ETCD_PORT}",
+            ],
         }
         for rev, args in argv.items():
             d = self.resources / f"kube-apiserver-pod-{rev}"
@@ -217,8 +224,13 @@ def _good(op: NodeApiserver) -> None:
 
 @pytest.mark.parametrize(
     ("rev", "reason", "timeout"),
-    [(2, "CrashLooping", 45.0), (3, "EtcdUnhealthy", 45.0), (4, "NeverStartedUp", 20.0)],
-    ids=["bad-flag", "wrong-etcd", "bad-manifest"],
+    [
+        (2, "CrashLooping", 45.0),
+        (3, "EtcdUnhealthy", 45.0),
+        (4, "NeverStartedUp", 20.0),
+        (7, "Unhealthy", 30.0),
+    ],
+    ids=["bad-flag", "wrong-etcd", "bad-manifest", "wrong-port"],
 )
 def test_a_bad_revision_falls_back_to_last_known_good(apiserver, rev, reason, timeout):
     _good(apiserver)
@@ -226,7 +238,7 @@ def test_a_bad_revision_falls_back_to_last_known_good(apiserver, rev, reason, ti
     res = apiserver.monitor(rev, timeout)
     assert res["reason"] == reason, res
     assert res["action"] == "fallback", res
-    assert res["retry"]["retryable"] is (reason == "EtcdUnhealthy"), res
+    assert res["retry"]["retryable"] is (reason in ("EtcdUnhealthy", "Unhealthy")), res
     wait_for(apiserver.ready, 120, "last-known-good kube-apiserver ready again", interval=1)
     back = time.time() - written
     live = yaml.safe_load(apiserver.live.read_text())
