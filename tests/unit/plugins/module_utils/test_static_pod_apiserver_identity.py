@@ -92,13 +92,13 @@ ITEMS = [
 ]
 
 
-def source(
-    hostname: str, monkeypatch, items=ITEMS, leases=LEASES, apiserver_id=None
-) -> sv.StorageVersionSource:
-    """A StorageVersionSource whose two list calls return ``items`` and ``leases``."""
+def source(hostname: str, monkeypatch, items=None, leases=None, apiserver_id=None) -> sv.StorageVersionSource:
+    """A StorageVersionSource whose two list calls return ``items`` and ``leases`` (default ITEMS, LEASES)."""
+    items = ITEMS if items is None else items
+    leases = LEASES if leases is None else leases
     monkeypatch.setattr(sv, "list_storage_versions", lambda client, timeout: items)
     monkeypatch.setattr(ai, "list_identity_leases", lambda client, timeout: leases)
-    return sv.StorageVersionSource(lambda: object(), apiserver_id, hostname=hostname, clock=lambda: NOW)
+    return sv.StorageVersionSource(object, apiserver_id, hostname=hostname, clock=lambda: NOW)
 
 
 def test_the_id_is_the_one_kube_apiserver_derives_from_its_host_name():
