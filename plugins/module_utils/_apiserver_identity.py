@@ -2,8 +2,10 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """kube-apiserver identity Leases (KEP-1965, private to noderemedy.core).
 
-With the ``APIServerIdentity`` feature (on by default since Kubernetes 1.26, and required by the
-StorageVersion API) every kube-apiserver keeps a Lease in ``kube-system`` that says it is alive
+With the ``APIServerIdentity`` feature (beta, on by default since Kubernetes 1.26; an apiserver
+publishes StorageVersions only with it and ``StorageVersionAPI`` both on,
+``k8s.io/apiserver`` ``pkg/server/genericapiserver.go``) every kube-apiserver keeps a Lease in
+``kube-system`` that says it is alive
 (``k8s.io/kubernetes`` ``pkg/controlplane/apiserver/server.go``, v1.34):
 
 - ``metadata.name`` is the apiserver's ID, ``apiserver-<base32 of a SHA-256 of its host name and
