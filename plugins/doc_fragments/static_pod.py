@@ -116,7 +116,12 @@ options:
   apiserver_id:
     description:
       - The apiserver identity (C(apiServerID) in StorageVersion objects) of this node's apiserver.
-      - Needed only when several apiservers report StorageVersions.
+      - By default it is found where Kubernetes publishes it - the identity Lease in C(kube-system)
+        labelled C(apiserver.kubernetes.io/identity=kube-apiserver) and C(kubernetes.io/hostname=<this
+        host's name>); its name is the ID. This needs C(list) on C(leases.coordination.k8s.io) in
+        C(kube-system).
+      - StorageVersion entries of apiservers whose identity Lease is gone or expired are stale - named in
+        C(storage_version.stale_apiservers) and a warning, and left out of the check.
     type: str
   storage_version_unavailable:
     description:

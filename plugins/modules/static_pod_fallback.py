@@ -267,7 +267,14 @@ retry:
   returned: after a fallback
   type: dict
 storage_version:
-  description: Result of the StorageVersion check or record - C(checked), C(available), C(skew), C(message).
+  description:
+    - Result of the StorageVersion check or record - C(checked), C(available), C(skew), C(message); at
+      mark-good time C(recorded), C(apiserver_id) (this node's apiserver, from its identity Lease unless
+      O(apiserver_id) is given) and C(record).
+    - C(stale_apiservers) - per apiServerID whose identity Lease is gone, C(reason) and C(resources); their
+      entries are left out of the check.
+    - A mark-good that cannot tell this node's apiserver fails having written nothing (the last-known-good
+      link and the record stay as they were).
   returned: when the check is on
   type: dict
 skewed_resources:
@@ -373,7 +380,11 @@ def main() -> None:
         partial = dict(exc.result)
         partial.update(reason=exc.reason, field=exc.field)
         partial.pop("msg", None)
+        for warning in partial.pop("warnings", []):
+            module.warn(warning)
         module.fail_json(msg=str(exc), exception=traceback.format_exc(), **partial)
+    for warning in result.pop("warnings", []):
+        module.warn(warning)
     module.exit_json(**result)
 
 

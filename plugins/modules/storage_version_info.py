@@ -15,7 +15,11 @@ description:
   - The API is served only when the apiservers run with the C(StorageVersionAPI) and C(APIServerIdentity)
     feature gates and C(--runtime-config=internal.apiserver.k8s.io/v1alpha1=true). When it is not served
     the module does not fail; it returns RV(available=false) and the reason.
-  - Source - KEP-2339 "StorageVersion API for HA API servers".
+  - On an HA control plane it also reads the apiserver identity Leases in C(kube-system) (label
+    C(apiserver.kubernetes.io/identity)); it needs C(list) on C(leases.coordination.k8s.io) there. An
+    apiserver's entries whose identity Lease is gone or expired are stale - named in RV(stale_apiservers)
+    and left out of RV(resources), RV(apiservers) and RV(encodings).
+  - Source - KEP-2339 "StorageVersion API for HA API servers", KEP-1965 "kube-apiserver identity".
 author:
   - noderemedy developers (@noderemedy)
 extends_documentation_fragment:
@@ -70,9 +74,26 @@ apiservers:
   returned: always
   type: dict
 encodings:
-  description: Per resource, the encoding versions the cluster stores now.
+  description: Per resource, the encoding versions the cluster stores now (live apiservers only).
   returned: always
   type: dict
+identities:
+  description: The apiserver identity Leases by ID (the Lease name, the C(apiServerID) of StorageVersions) -
+    C(component), C(hostname) (its C(kubernetes.io/hostname) label), C(holderIdentity), C(renewTime),
+    C(leaseDurationSeconds), C(expired).
+  returned: always
+  type: dict
+  sample: {"apiserver-4dfxx2c5vh3uxgvvrxnuhn3ztu": {"component": "kube-apiserver", "hostname": "cp-1", "expired": false}}
+stale_apiservers:
+  description: Per stale apiServerID - C(reason) (C(NoIdentityLease) or C(IdentityLeaseExpired)) and the
+    C(resources) it still has entries in.
+  returned: always
+  type: dict
+this_apiserver_id:
+  description: The ID of the kube-apiserver on this host (the live identity Lease labelled with this host's
+    name), null when there is none.
+  returned: always
+  type: str
 """
 
 import traceback  # noqa: E402

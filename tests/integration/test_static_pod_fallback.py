@@ -44,8 +44,11 @@ def free_port() -> int:
     raise RuntimeError(f"no free port in {worker_port_base() + 580}-{worker_port_base() + 599}")
 
 
-def run_module(collections_path: Path, module: str, args: dict, timeout: float = 600) -> dict:
-    """Run one module with the real ``ansible`` ad-hoc CLI on localhost; its result dict."""
+def run_module(
+    collections_path: Path, module: str, args: dict, timeout: float = 600, output: dict | None = None
+) -> dict:
+    """Run one module with the real ``ansible`` ad-hoc CLI on localhost; its result dict. ``output``,
+    when given, receives the CLI's ``stdout`` and ``stderr`` (where warnings are printed)."""
     bindir = Path(sys.executable).parent
     env = dict(os.environ)
     env.update(
@@ -60,6 +63,8 @@ def run_module(collections_path: Path, module: str, args: dict, timeout: float =
     argv = [str(bindir / "ansible"), "localhost", "-i", "localhost,", "-c", "local", "-m", module]
     argv += ["-a", json.dumps(args)]
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
+    if output is not None:
+        output.update(stdout=proc.stdout, stderr=proc.stderr)
     head, sep, body = proc.stdout.partition("=>")
     assert sep, f"no module result in ansible output:\n{proc.stdout}\n{proc.stderr}"
     result = json.loads(body)

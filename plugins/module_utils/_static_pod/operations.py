@@ -126,6 +126,7 @@ def _storage_version_gate(layout: Layout, target: int, opts: Options) -> dict[st
         StorageVersionUnavailable,
         check_rollback,
         load_record,
+        stale_message,
         unknown_to_record,
     )
 
@@ -150,18 +151,25 @@ def _storage_version_gate(layout: Layout, target: int, opts: Options) -> dict[st
             "with the StorageVersion check on",
         }
     skew = check_rollback(current, record)
+    # entries of apiservers whose identity Lease is gone are already out of ``current``
+    stale = getattr(opts.storage_versions, "stale", dict)()
+    message = (
+        "; ".join(
+            f"{s['resource']}: stored as {s['encodingVersion']}, decodable {s['decodableVersions']}"
+            for s in skew
+        )
+        if skew
+        else "revision can decode every stored encoding version"
+    )
     return {
         "checked": True,
         "available": True,
         "record": str(record_path),
         "skew": skew,
         "unknown_to_revision": unknown_to_record(current, record),
-        "message": "revision can decode every stored encoding version"
-        if not skew
-        else "; ".join(
-            f"{s['resource']}: stored as {s['encodingVersion']}, decodable {s['decodableVersions']}"
-            for s in skew
-        ),
+        "stale_apiservers": stale,
+        "message": message,
+        "warnings": [stale_message(stale)] if stale else [],
     }
 
 
@@ -237,6 +245,9 @@ def fallback(
             )
             return res
         gate = _storage_version_gate(layout, target, opts)
+        warnings = gate.pop("warnings", [])
+        if warnings:
+            res.setdefault("warnings", []).extend(warnings)
         res["storage_version"] = gate
         if gate.get("available") is False and opts.storage_version_unavailable == "refuse" and not opts.force:
             res.update(action="refused", message=gate["message"] + "; storage_version_unavailable=refuse")
@@ -501,13 +512,63 @@ def _point_link(link: Path, target: Path) -> None:
         raise
 
 
+def _storage_version_record(
+    layout: Layout, cur: int, opts: Options, res: dict[str, Any]
+) -> tuple[Path, bytes] | None:
+    """Read what revision ``cur``'s apiserver decodes, for :func:`mark_good`; nothing is written here.
+
+    Returns ``(record path, record bytes)``, or None when the check is off or the StorageVersion
+    API is unavailable (said in ``res["storage_version"]``). Stale entries (apiservers whose
+    identity Lease is gone) are named in ``res["storage_version"]["stale_apiservers"]`` and in
+    ``res["warnings"]``. StaticPodError (with ``res``, naming the field, e.g. ``apiserver_id``)
+    when this node's apiserver cannot be told or reports nothing.
+    """
+    if opts.storage_versions is None:
+        return None
+    from ansible_collections.noderemedy.core.plugins.module_utils._storage_version import (
+        StorageVersionError,
+        StorageVersionUnavailable,
+        record_bytes,
+        stale_message,
+    )
+
+    try:
+        decodable = opts.storage_versions.decodable()
+    except StorageVersionUnavailable as exc:
+        res["storage_version"] = {"recorded": False, "available": False, "message": str(exc)}
+        return None
+    except StorageVersionError as exc:
+        res["action"] = "refused"
+        raise StaticPodError(
+            f"{exc} (revision {cur} is not marked good; nothing was written)",
+            field=exc.field,
+            reason=exc.reason,
+            result=res,
+        ) from exc
+    stale = decodable.get("stale") or {}
+    res["storage_version"] = {
+        "recorded": True,
+        "available": True,
+        "record": str(layout.revision_dir(cur) / STORAGE_VERSIONS_FILE),
+        "apiserver_id": decodable["apiServerID"],
+        "resources": len(decodable["resources"]),
+        "stale_apiservers": stale,
+    }
+    if stale:
+        res.setdefault("warnings", []).append(stale_message(stale))
+    return layout.revision_dir(cur) / STORAGE_VERSIONS_FILE, record_bytes(cur, decodable)
+
+
 def mark_good(layout: Layout, opts: Options, current: int | None = None) -> dict[str, Any]:
     """Point the last-known-good link at the current revision's manifest and record its decodable versions.
 
-    The link is replaced atomically (temp link + rename) under the installer lock; with the
-    StorageVersion check on, ``storage-versions.json`` is written into the revision directory
-    (KEP-2339: what this apiserver reports it can decode). Idempotent. StaticPodError if the
-    revision has no manifest or the lock is busy.
+    Everything is read and checked first (the revision's manifest; with the StorageVersion check
+    on, this node's apiserver identity and what it decodes, :func:`_storage_version_record`), so a
+    refused mark_good leaves the link and the record as they were. Then, under the installer lock,
+    ``storage-versions.json`` is written into the revision directory (KEP-2339: what this
+    apiserver reports it can decode) and the link is replaced atomically (temp link + rename), the
+    link last. Idempotent. StaticPodError if the revision has no manifest, the lock is busy, or
+    the StorageVersion check cannot tell this node's apiserver (e.g. ``apiserver_id``).
     """
     res = _base_result(layout)
     with InstallerLock(layout.lock_file, float(opts.extra.get("lock_timeout", DEFAULT_LOCK_TIMEOUT))) as lock:
@@ -521,43 +582,22 @@ def mark_good(layout: Layout, opts: Options, current: int | None = None) -> dict
             )
         lkg, state = layout.last_known_good()
         res["previous_last_known_good_revision"] = lkg
+        record = _storage_version_record(layout, cur, opts, res)
         res["action"] = "mark_good"
+        if record is not None:
+            path, data = record
+            old = path.read_bytes() if path.exists() else b""
+            if json.loads(old or b"{}").get("resources") != json.loads(data)["resources"]:
+                res["changed"] = True
+                if not opts.check_mode:
+                    write_manifest_atomic(path, data)
+                res["files_written"].append(str(path))
         if not (state == "ok" and lkg == cur and os.readlink(layout.lkg_link) == str(manifest)):
             res["changed"] = True
             if not opts.check_mode:
                 _point_link(layout.lkg_link, manifest)
             res["files_written"].append(str(layout.lkg_link))
         res["last_known_good_revision"] = cur
-        if opts.storage_versions is not None:
-            from ansible_collections.noderemedy.core.plugins.module_utils._storage_version import (
-                StorageVersionError,
-                StorageVersionUnavailable,
-                record_bytes,
-            )
-
-            try:
-                decodable = opts.storage_versions.decodable()
-            except StorageVersionUnavailable as exc:
-                res["storage_version"] = {"recorded": False, "available": False, "message": str(exc)}
-            except StorageVersionError as exc:
-                raise StaticPodError(str(exc), field=exc.field, reason=exc.reason, result=res) from exc
-            else:
-                path = layout.revision_dir(cur) / STORAGE_VERSIONS_FILE
-                data = record_bytes(cur, decodable)
-                old = path.read_bytes() if path.exists() else b""
-                same = json.loads(old or b"{}").get("resources") == json.loads(data)["resources"]
-                if not same:
-                    res["changed"] = True
-                    if not opts.check_mode:
-                        write_manifest_atomic(path, data)
-                    res["files_written"].append(str(path))
-                res["storage_version"] = {
-                    "recorded": True,
-                    "available": True,
-                    "record": str(path),
-                    "apiserver_id": decodable["apiServerID"],
-                    "resources": len(decodable["resources"]),
-                }
     res["reason"] = ""
     res["message"] = f"revision {cur} is last-known-good"
     return res
