@@ -49,6 +49,7 @@ from noderemedy_runner.kube.resources import (
     KubeIO,
     ready_condition,
 )
+from noderemedy_runner.loops.deletion import AGAIN, NodeFenceDeletion, deleted_at
 from noderemedy_runner.loops.interop import release_medik8s_lease, start_holds, take_medik8s_lease
 from noderemedy_runner.loops.memory import (
     ERROR_REQUEUE_SECONDS,
@@ -66,6 +67,7 @@ from noderemedy_runner.machines.actions import (
     FenceReading,
 )
 from noderemedy_runner.machines.conditions import find_condition, set_condition
+from noderemedy_runner.machines.deletion import FINALIZER, needs_finalizer
 from noderemedy_runner.machines.guards import Hold
 from noderemedy_runner.machines.nodefence import (
     CONFIRM_DOWN_ANNOTATION,
@@ -178,6 +180,10 @@ class NodeFenceReconciler(Reconciler):
         self.remedies = remedies
         self.executors = dict(executors or {})
         self.releases = ReleaseLedger(policy.max_pods_released_per_minute)
+        self.deletion = NodeFenceDeletion(
+            kube, executor, namespace=namespace, policy=policy, observer=self.observer, clock=clock,
+            run_taint=self.run_taint,
+        )  # fmt: skip
 
     def _config_error(self, obj: dict[str, Any], reason: str, message: str) -> None:
         """Processing=False ``reason`` with ``message`` and a Warning Event, once (the same
@@ -241,6 +247,18 @@ class NodeFenceReconciler(Reconciler):
             except ValueError as exc:
                 self.kube.event(obj, "Warning", "InvalidStatus", f"status unreadable: {exc}")
                 return ERROR_REQUEUE_SECONDS
+            if deleted_at(obj) is not None:  # deleted: the flow stops, the cleanup takes over
+                try:
+                    deleted_config: FenceConfig | None = load_fence_config(
+                        self.kube, self.namespace, node, self.cloud
+                    )
+                    config_error = None
+                except FenceConfigError as err:
+                    deleted_config, config_error = None, str(err)
+                delay = self.deletion.act(obj, deleted_config, config_error, held, cancel)
+                if delay == AGAIN:
+                    continue
+                return delay
             if _resting(status, self.policy) and status.observed_generation == int(
                 meta.get("generation") or 0
             ):
@@ -326,6 +344,16 @@ class NodeFenceReconciler(Reconciler):
             if self.dry_run:
                 log.info("dry run: NodeFence %s would %s (%s)", name, action.kind, action.reason)
                 return None
+            if needs_finalizer(action.kind) and FINALIZER not in (meta.get("finalizers") or []):
+                # before the first action on a device or the node: a deletion then cleans up
+                try:
+                    self.kube.patch_finalizers(NODEFENCE, obj, FINALIZER, True)
+                except Conflict:
+                    continue
+                self.kube.event(
+                    obj, "Normal", "FinalizerAdded", f"{FINALIZER}: a deletion cleans node {node} up"
+                )
+                continue
             if action.kind == "wait":
                 return action.seconds
             if action.kind == "none":

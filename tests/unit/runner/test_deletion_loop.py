@@ -1,0 +1,72 @@
+"""The NodeFence reconciler's finalizer and the cleanup of a deleted NodeFence, against the
+in-memory Kubernetes layer of test_kube_layer.py (no cluster): the finalizer is on before the first
+device action, a deleted NodeFence switches back on what it switched off and then lets go, one
+deleted before any device action simply goes."""
+
+from __future__ import annotations
+
+import threading
+
+from test_kube_layer import NODE, FakeExecutor, FakeKube, no_guards, reconciler  # noqa: F401 - fixture
+
+from noderemedy_runner.executor import RunOutcome
+from noderemedy_runner.machines.deletion import FINALIZER, cleanup_ident
+from noderemedy_runner.machines.nodefence import run_ident
+
+DELETED = "2026-01-01T00:10:00Z"
+
+
+def test_the_finalizer_is_on_before_the_first_device_action() -> None:
+    kube = FakeKube()
+    ex = FakeExecutor(RunOutcome("x", "canceled", None))
+    reconciler(kube, ex).reconcile("nf", threading.Event())
+    assert ex.runs == [run_ident("nf", 0, "Isolation", 0)]
+    assert kube.obj["metadata"]["finalizers"] == [FINALIZER]
+    reasons = [reason for _kind, reason, _msg in kube.events]
+    assert "FinalizerAdded" in reasons
+
+
+def test_a_nodefence_deleted_before_any_device_action_simply_goes() -> None:
+    kube = FakeKube()
+    kube.obj["metadata"]["deletionTimestamp"] = DELETED
+    ex = FakeExecutor(RunOutcome("x", "successful", 0))
+    assert reconciler(kube, ex).reconcile("nf", threading.Event()) is None
+    assert ex.runs == [] and kube.writes == []
+
+
+def test_a_nodefence_deleted_after_the_power_off_powers_on_then_unfences_then_lets_go() -> None:
+    kube = FakeKube()
+    iso, pm_off = run_ident("nf", 0, "Isolation", 0), run_ident("nf", 0, "PowerManagement", 0)
+    kube.obj["metadata"].update(finalizers=[FINALIZER], deletionTimestamp=DELETED)
+    kube.obj["status"] = {
+        "status": "Running",
+        "step": "PowerManagement",
+        "jobs": [iso, pm_off],
+        "observedGeneration": 1,
+        "startTime": "2026-01-01T00:00:00Z",
+        "conditions": [],
+    }
+    ex = FakeExecutor(RunOutcome("x", "successful", 0))
+    r = reconciler(kube, ex)
+    r.clock = lambda: 1767225900.0  # 2026-01-01T00:05:00Z: before the deletion's timeout
+    r.deletion.clock = r.clock
+    delay = r.reconcile("nf", threading.Event())
+    # powered on at once; the storage waits for the node to be Ready
+    assert ex.runs == [cleanup_ident("nf", "PowerOn", 0)] and delay is not None and delay > 0
+    assert kube.obj["status"]["cleanup"]["done"] == ["PowerOn"]
+    assert kube.obj["status"]["jobs"] == [iso, pm_off]
+    assert kube.obj["metadata"]["finalizers"] == [FINALIZER]
+    kube.node["status"]["conditions"][0]["status"] = "True"
+    assert r.reconcile("nf", threading.Event()) is None
+    assert ex.runs == [cleanup_ident("nf", "PowerOn", 0), cleanup_ident("nf", "Unfence", 0)]
+    assert kube.obj["metadata"]["finalizers"] == []
+    reasons = [reason for _kind, reason, _msg in kube.events]
+    for reason in (
+        "CleanupPowerOn",
+        "CleanupStepSucceeded",
+        "CleanupWaiting",
+        "CleanupUnfence",
+        "CleanupFinished",
+    ):
+        assert reason in reasons, reasons
+    assert NODE in kube.events[-1][2]
