@@ -103,6 +103,8 @@ from noderemedy_runner.observer import Observer
 
 log = logging.getLogger(__name__)
 
+#: Warning Event reason when the runner may not add its finalizer (RBAC without ``patch``).
+FINALIZER_FORBIDDEN = "FinalizerForbidden"
 #: Condition reason when the fence configuration cannot be used.
 FENCE_CONFIG_INVALID = "FenceConfigInvalid"
 #: Condition reason when the remedy chain annotation cannot be read.
@@ -344,11 +346,26 @@ class NodeFenceReconciler(Reconciler):
             if self.dry_run:
                 log.info("dry run: NodeFence %s would %s (%s)", name, action.kind, action.reason)
                 return None
-            if needs_finalizer(action.kind) and FINALIZER not in (meta.get("finalizers") or []):
-                # before the first action on a device or the node: a deletion then cleans up
+            if (
+                needs_finalizer(action.kind)
+                and FINALIZER not in (meta.get("finalizers") or [])
+                and FINALIZER_FORBIDDEN not in held.notes
+            ):  # before the first action on a device or the node: a deletion then cleans up
                 try:
                     self.kube.patch_finalizers(NODEFENCE, obj, FINALIZER, True)
                 except Conflict:
+                    continue
+                except KubeError as exc:
+                    if exc.reason != "forbidden":
+                        raise
+                    # RBAC from before the finalizer: fencing goes on (it is what keeps the
+                    # promise), only a deletion will not clean up; said once
+                    held.notes.append(FINALIZER_FORBIDDEN)
+                    self.kube.event(
+                        obj, "Warning", FINALIZER_FORBIDDEN,
+                        f"the runner may not patch NodeFences ({exc}): fencing goes on without the finalizer "
+                        f"{FINALIZER}, so deleting this NodeFence will not clean node {node} up; apply deploy/rbac",
+                    )  # fmt: skip
                     continue
                 self.kube.event(
                     obj, "Normal", "FinalizerAdded", f"{FINALIZER}: a deletion cleans node {node} up"
@@ -582,6 +599,7 @@ def _annotated(meta: Mapping[str, Any], key: str) -> bool:
 __all__ = [
     "EXECUTOR_UNAVAILABLE",
     "FENCE_CONFIG_INVALID",
+    "FINALIZER_FORBIDDEN",
     "REMEDY_CHAIN_INVALID",
     "NodeFenceReconciler",
     "load_fence_config",

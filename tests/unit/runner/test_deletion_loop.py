@@ -10,6 +10,8 @@ import threading
 from test_kube_layer import NODE, FakeExecutor, FakeKube, no_guards, reconciler  # noqa: F401 - fixture
 
 from noderemedy_runner.executor import RunOutcome
+from noderemedy_runner.kube.errors import KubeError
+from noderemedy_runner.loops.nodefence import FINALIZER_FORBIDDEN
 from noderemedy_runner.machines.deletion import FINALIZER, cleanup_ident
 from noderemedy_runner.machines.nodefence import run_ident
 
@@ -70,3 +72,18 @@ def test_a_nodefence_deleted_after_the_power_off_powers_on_then_unfences_then_le
     ):
         assert reason in reasons, reasons
     assert NODE in kube.events[-1][2]
+
+
+def test_fencing_goes_on_when_rbac_forbids_the_finalizer() -> None:
+    """An older ClusterRole without ``patch`` on NodeFences: one Warning Event, and the fencing
+    (which keeps the promise) goes on without the finalizer."""
+    kube = FakeKube()
+
+    def forbidden(*_a: object, **_k: object) -> None:
+        raise KubeError("patch nodefences: HTTP 403 forbidden", "forbidden", 403)
+
+    kube.patch_finalizers = forbidden  # type: ignore[method-assign, assignment]
+    ex = FakeExecutor(RunOutcome("x", "canceled", None))
+    reconciler(kube, ex).reconcile("nf", threading.Event())
+    assert ex.runs == [run_ident("nf", 0, "Isolation", 0)]
+    assert [reason for _kind, reason, _msg in kube.events].count(FINALIZER_FORBIDDEN) == 1

@@ -224,7 +224,9 @@ class FakeKube:
         self.writes.append(copy.deepcopy(status))
         return copy.deepcopy(self.obj)
 
-    def patch_finalizers(self, crd: Any, obj: dict[str, Any], finalizer: str, present: bool) -> dict[str, Any]:
+    def patch_finalizers(
+        self, crd: Any, obj: dict[str, Any], finalizer: str, present: bool
+    ) -> dict[str, Any]:
         if obj["metadata"]["resourceVersion"] != self.obj["metadata"]["resourceVersion"]:
             raise Conflict("patch finalizers: HTTP 409 the object has been modified", "conflict", 409)
         kept = [f for f in self.obj["metadata"].get("finalizers") or [] if f != finalizer]
