@@ -18,7 +18,7 @@ from typing import Any
 
 from noderemedy_runner.config.fence import FenceConfig
 from noderemedy_runner.executor import Executor
-from noderemedy_runner.kube.errors import Conflict, NotFound
+from noderemedy_runner.kube.errors import Conflict, KubeError, NotFound
 from noderemedy_runner.kube.resources import NODEFENCE, KubeIO, ready_condition
 from noderemedy_runner.loops.memory import InMemory, meta_of, out_of_service_tainted, taint_event
 from noderemedy_runner.loops.release import observe_left, observe_stale
@@ -44,6 +44,8 @@ from noderemedy_runner.observer import Observer
 
 log = logging.getLogger(__name__)
 
+#: Warning Event reason when the runner may not add its finalizer (RBAC without ``patch``).
+FINALIZER_FORBIDDEN = "FinalizerForbidden"
 #: What :meth:`NodeFenceDeletion.act` returns when the reconciler should read the object and
 #: decide again at once (anything else is the reconcile's result: a delay in seconds, or None).
 AGAIN = -1.0
@@ -89,18 +91,41 @@ class NodeFenceDeletion:
         self.clock = clock
         self.run_taint = run_taint
 
+    def ensure_finalizer(self, obj: Mapping[str, Any], node: str, held: InMemory) -> bool:
+        """Put :data:`~noderemedy_runner.machines.deletion.FINALIZER` on NodeFence ``obj`` before
+        its first action on a device or the node. True when the caller must read the object again
+        (the finalizer was added, a 409, or a refusal just said); False when the action may go on
+        (the finalizer is there, or RBAC forbids it: fencing, which keeps the promise, then goes
+        on without it, and a deletion will not clean up -- one Warning Event
+        :data:`FINALIZER_FORBIDDEN`). Other API errors propagate."""
+        if FINALIZER in (meta_of(obj).get("finalizers") or []) or FINALIZER_FORBIDDEN in held.notes:
+            return False
+        try:
+            self.kube.patch_finalizers(NODEFENCE, obj, FINALIZER, True)
+        except Conflict:
+            return True
+        except KubeError as exc:
+            if exc.reason != "forbidden":
+                raise
+            held.notes.append(FINALIZER_FORBIDDEN)
+            self.kube.event(
+                obj, "Warning", FINALIZER_FORBIDDEN,
+                f"the runner may not patch NodeFences ({exc}): fencing goes on without the finalizer "
+                f"{FINALIZER}, so deleting this NodeFence will not clean node {node} up; apply deploy/rbac",
+            )  # fmt: skip
+            return True
+        self.kube.event(obj, "Normal", "FinalizerAdded", f"{FINALIZER}: a deletion cleans node {node} up")
+        return True
+
     def act(
-        self,
-        obj: dict[str, Any],
-        config: FenceConfig | None,
-        config_error: str | None,
-        held: InMemory,
-        cancel: threading.Event,
+        self, obj: dict[str, Any], config: FenceConfig | str, held: InMemory, cancel: threading.Event
     ) -> float | None:
         """One cleanup decision for NodeFence ``obj`` (being deleted) and its action. Returns
         :data:`AGAIN` to decide again at once, a delay (seconds) or None (nothing more: the
-        finalizer is gone). ``config`` is the node's fence configuration, None with
-        ``config_error`` saying why it could not be read. API errors propagate."""
+        finalizer is gone). ``config`` is the node's fence configuration, or why it could not be
+        read. API errors propagate."""
+        config_error = config if isinstance(config, str) else None
+        fence_config = config if not isinstance(config, str) else None
         meta = meta_of(obj)
         name = str(meta.get("name"))
         node = str((obj.get("spec") or {}).get("node", ""))
@@ -126,7 +151,7 @@ class NodeFenceDeletion:
             result=held.result,
             config_error=config_error,
         )
-        action = decide_cleanup(name, status, cleanup, obs, config, self.policy, self.namespace)
+        action = decide_cleanup(name, status, cleanup, obs, fence_config, self.policy, self.namespace)
         log.debug("NodeFence %s (deleted): %s (%s)", name, action.kind, action.reason)
         if action.kind == "wait":
             return action.seconds
@@ -196,4 +221,4 @@ class NodeFenceDeletion:
         return None
 
 
-__all__ = ["AGAIN", "NodeFenceDeletion", "RunTaint", "deleted_at"]
+__all__ = ["AGAIN", "FINALIZER_FORBIDDEN", "NodeFenceDeletion", "RunTaint", "deleted_at"]

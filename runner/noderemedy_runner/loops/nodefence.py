@@ -67,7 +67,7 @@ from noderemedy_runner.machines.actions import (
     FenceReading,
 )
 from noderemedy_runner.machines.conditions import find_condition, set_condition
-from noderemedy_runner.machines.deletion import FINALIZER, needs_finalizer
+from noderemedy_runner.machines.deletion import needs_finalizer
 from noderemedy_runner.machines.guards import Hold
 from noderemedy_runner.machines.nodefence import (
     CONFIRM_DOWN_ANNOTATION,
@@ -103,8 +103,6 @@ from noderemedy_runner.observer import Observer
 
 log = logging.getLogger(__name__)
 
-#: Warning Event reason when the runner may not add its finalizer (RBAC without ``patch``).
-FINALIZER_FORBIDDEN = "FinalizerForbidden"
 #: Condition reason when the fence configuration cannot be used.
 FENCE_CONFIG_INVALID = "FenceConfigInvalid"
 #: Condition reason when the remedy chain annotation cannot be read.
@@ -251,13 +249,10 @@ class NodeFenceReconciler(Reconciler):
                 return ERROR_REQUEUE_SECONDS
             if deleted_at(obj) is not None:  # deleted: the flow stops, the cleanup takes over
                 try:
-                    deleted_config: FenceConfig | None = load_fence_config(
-                        self.kube, self.namespace, node, self.cloud
-                    )
-                    config_error = None
+                    found: FenceConfig | str = load_fence_config(self.kube, self.namespace, node, self.cloud)
                 except FenceConfigError as err:
-                    deleted_config, config_error = None, str(err)
-                delay = self.deletion.act(obj, deleted_config, config_error, held, cancel)
+                    found = str(err)
+                delay = self.deletion.act(obj, found, held, cancel)
                 if delay == AGAIN:
                     continue
                 return delay
@@ -346,31 +341,8 @@ class NodeFenceReconciler(Reconciler):
             if self.dry_run:
                 log.info("dry run: NodeFence %s would %s (%s)", name, action.kind, action.reason)
                 return None
-            if (
-                needs_finalizer(action.kind)
-                and FINALIZER not in (meta.get("finalizers") or [])
-                and FINALIZER_FORBIDDEN not in held.notes
-            ):  # before the first action on a device or the node: a deletion then cleans up
-                try:
-                    self.kube.patch_finalizers(NODEFENCE, obj, FINALIZER, True)
-                except Conflict:
-                    continue
-                except KubeError as exc:
-                    if exc.reason != "forbidden":
-                        raise
-                    # RBAC from before the finalizer: fencing goes on (it is what keeps the
-                    # promise), only a deletion will not clean up; said once
-                    held.notes.append(FINALIZER_FORBIDDEN)
-                    self.kube.event(
-                        obj, "Warning", FINALIZER_FORBIDDEN,
-                        f"the runner may not patch NodeFences ({exc}): fencing goes on without the finalizer "
-                        f"{FINALIZER}, so deleting this NodeFence will not clean node {node} up; apply deploy/rbac",
-                    )  # fmt: skip
-                    continue
-                self.kube.event(
-                    obj, "Normal", "FinalizerAdded", f"{FINALIZER}: a deletion cleans node {node} up"
-                )
-                continue
+            if needs_finalizer(action.kind) and self.deletion.ensure_finalizer(obj, node, held):
+                continue  # before the first action on a device or the node; read it again
             if action.kind == "wait":
                 return action.seconds
             if action.kind == "none":
@@ -599,7 +571,6 @@ def _annotated(meta: Mapping[str, Any], key: str) -> bool:
 __all__ = [
     "EXECUTOR_UNAVAILABLE",
     "FENCE_CONFIG_INVALID",
-    "FINALIZER_FORBIDDEN",
     "REMEDY_CHAIN_INVALID",
     "NodeFenceReconciler",
     "load_fence_config",

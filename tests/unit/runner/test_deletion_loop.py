@@ -11,7 +11,7 @@ from test_kube_layer import NODE, FakeExecutor, FakeKube, no_guards, reconciler 
 
 from noderemedy_runner.executor import RunOutcome
 from noderemedy_runner.kube.errors import KubeError
-from noderemedy_runner.loops.nodefence import FINALIZER_FORBIDDEN
+from noderemedy_runner.loops.deletion import FINALIZER_FORBIDDEN
 from noderemedy_runner.machines.deletion import FINALIZER, cleanup_ident
 from noderemedy_runner.machines.nodefence import run_ident
 
