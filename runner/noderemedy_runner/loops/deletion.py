@@ -20,7 +20,13 @@ from noderemedy_runner.config.fence import FenceConfig
 from noderemedy_runner.executor import Executor
 from noderemedy_runner.kube.errors import Conflict, KubeError, NotFound
 from noderemedy_runner.kube.resources import NODEFENCE, KubeIO, ready_condition
-from noderemedy_runner.loops.memory import InMemory, meta_of, out_of_service_tainted, taint_event
+from noderemedy_runner.loops.memory import (
+    ERROR_REQUEUE_SECONDS,
+    InMemory,
+    meta_of,
+    out_of_service_tainted,
+    taint_event,
+)
 from noderemedy_runner.loops.release import observe_left, observe_stale
 from noderemedy_runner.machines.actions import Action
 from noderemedy_runner.machines.conditions import find_condition, parse_time
@@ -130,9 +136,12 @@ class NodeFenceDeletion:
         name = str(meta.get("name"))
         node = str((obj.get("spec") or {}).get("node", ""))
         raw = obj.get("status") or {}
-        status = NodeFenceStatus.from_dict(raw)
-        cleanup = CleanupStatus.from_dict(raw.get("cleanup"))
         now = self.clock()
+        try:
+            status = NodeFenceStatus.from_dict(raw)
+            cleanup = CleanupStatus.from_dict(raw.get("cleanup"))
+        except ValueError as exc:
+            return self._unreadable(obj, name, node, str(exc), now)
         node_obj = self.kube.get_node(node) if node else None
         ready = ready_condition(node_obj)[0] if node_obj is not None else False
         taint = out_of_service_tainted(node_obj)
@@ -197,6 +206,30 @@ class NodeFenceDeletion:
             return None
         held.result = StepResult(ident, outcome.succeeded, outcome.timed_out, outcome.summary())
         return AGAIN
+
+    def _unreadable(
+        self, obj: dict[str, Any], name: str, node: str, problem: str, now: float
+    ) -> float | None:
+        """A status the cleanup cannot read tells nothing of what the flow did: nothing is undone;
+        a Warning Event per look, and after the recovery timeout the finalizer goes anyway (a
+        deletion is never blocked forever)."""
+        left = (deleted_at(obj) or now) + self.policy.recovery_timeout_seconds - now
+        if left > 0 or FINALIZER not in (meta_of(obj).get("finalizers") or []):
+            if FINALIZER in (meta_of(obj).get("finalizers") or []):
+                self.kube.event(
+                    obj, "Warning", "InvalidStatus", f"status unreadable, nothing undone yet: {problem}"
+                )
+            return min(left, ERROR_REQUEUE_SECONDS) if left > 0 else None
+        action = Action(
+            kind="remove_finalizer",
+            extravars={
+                "left": [
+                    f"whatever the flow did (status unreadable: {problem}): check its power, ports and taint"
+                ]
+            },
+            reason=CLEANUP_TIMED_OUT,
+        )
+        return self._let_go(obj, name, node, action)
 
     def _let_go(self, obj: dict[str, Any], name: str, node: str, action: Action) -> float | None:
         """Remove the finalizer; say what was left when the cleanup gave up (a Warning Event on

@@ -242,11 +242,6 @@ class NodeFenceReconciler(Reconciler):
             meta = meta_of(obj)
             node = str((obj.get("spec") or {}).get("node", ""))
             logs.set_node(node)
-            try:
-                status = NodeFenceStatus.from_dict(obj.get("status"))
-            except ValueError as exc:
-                self.kube.event(obj, "Warning", "InvalidStatus", f"status unreadable: {exc}")
-                return ERROR_REQUEUE_SECONDS
             if deleted_at(obj) is not None:  # deleted: the flow stops, the cleanup takes over
                 try:
                     found: FenceConfig | str = load_fence_config(self.kube, self.namespace, node, self.cloud)
@@ -256,6 +251,11 @@ class NodeFenceReconciler(Reconciler):
                 if delay == AGAIN:
                     continue
                 return delay
+            try:
+                status = NodeFenceStatus.from_dict(obj.get("status"))
+            except ValueError as exc:
+                self.kube.event(obj, "Warning", "InvalidStatus", f"status unreadable: {exc}")
+                return ERROR_REQUEUE_SECONDS
             if _resting(status, self.policy) and status.observed_generation == int(
                 meta.get("generation") or 0
             ):

@@ -50,7 +50,7 @@ def test_a_nodefence_deleted_after_the_power_off_powers_on_then_unfences_then_le
     }
     ex = FakeExecutor(RunOutcome("x", "successful", 0))
     r = reconciler(kube, ex)
-    r.clock = lambda: 1767225900.0  # 2026-01-01T00:05:00Z: before the deletion's timeout
+    r.clock = lambda: 1767226500.0  # 2026-01-01T00:15:00Z: 5 min after the deletion, within its timeout
     r.deletion.clock = r.clock
     delay = r.reconcile("nf", threading.Event())
     # powered on at once; the storage waits for the node to be Ready
@@ -87,3 +87,19 @@ def test_fencing_goes_on_when_rbac_forbids_the_finalizer() -> None:
     reconciler(kube, ex).reconcile("nf", threading.Event())
     assert ex.runs == [run_ident("nf", 0, "Isolation", 0)]
     assert [reason for _kind, reason, _msg in kube.events].count(FINALIZER_FORBIDDEN) == 1
+
+
+def test_an_unreadable_status_lets_go_after_the_recovery_timeout_undoing_nothing() -> None:
+    kube = FakeKube()
+    kube.obj["metadata"].update(finalizers=[FINALIZER], deletionTimestamp=DELETED)
+    kube.obj["status"] = {"status": "Exploded"}
+    ex = FakeExecutor(RunOutcome("x", "successful", 0))
+    r = reconciler(kube, ex)
+    r.clock = r.deletion.clock = lambda: 1767226500.0  # 5 min after the deletion: within the timeout
+    assert r.reconcile("nf", threading.Event()) == 10.0
+    assert kube.obj["metadata"]["finalizers"] == [FINALIZER] and ex.runs == []
+    r.clock = r.deletion.clock = lambda: 1767226801.0  # past the 600 s recovery timeout
+    assert r.reconcile("nf", threading.Event()) is None
+    assert kube.obj["metadata"]["finalizers"] == [] and ex.runs == []
+    warned = [msg for _kind, reason, msg in kube.events if reason == "CleanupTimedOut"]
+    assert warned and "status unreadable" in warned[0]
