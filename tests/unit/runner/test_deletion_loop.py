@@ -6,14 +6,21 @@ deleted before any device action simply goes."""
 from __future__ import annotations
 
 import threading
+import time
+from typing import Any
 
-from test_kube_layer import NODE, FakeExecutor, FakeKube, no_guards, reconciler  # noqa: F401 - fixture
+from kubernetes import client
+from test_kube_layer import NODE, FakeExecutor, FakeKube, HeldLeases, no_guards, reconciler  # noqa: F401
 
+from noderemedy_runner.config.remedy import parse_configurations
 from noderemedy_runner.executor import RunOutcome
 from noderemedy_runner.kube.errors import KubeError
 from noderemedy_runner.loops.deletion import FINALIZER_FORBIDDEN
+from noderemedy_runner.loops.detector import Detector
 from noderemedy_runner.machines.deletion import FINALIZER, cleanup_ident
+from noderemedy_runner.machines.detection import Assessment, NodeCondition, NodeInfo
 from noderemedy_runner.machines.nodefence import run_ident
+from noderemedy_runner.metrics import Metrics
 
 DELETED = "2026-01-01T00:10:00Z"
 
@@ -103,3 +110,53 @@ def test_an_unreadable_status_lets_go_after_the_recovery_timeout_undoing_nothing
     assert kube.obj["metadata"]["finalizers"] == [] and ex.runs == []
     warned = [msg for _kind, reason, msg in kube.events if reason == "CleanupTimedOut"]
     assert warned and "status unreadable" in warned[0]
+
+
+class RecordingCustomApi:
+    """Records the detector's calls on NodeFences; every call succeeds."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Any]] = []
+
+    def patch_cluster_custom_object(self, group: str, version: str, plural: str, name: str, body: Any) -> Any:
+        self.calls.append(("patch", body))
+        return {"metadata": {"name": name, "resourceVersion": "8"}}
+
+    def delete_cluster_custom_object(
+        self, group: str, version: str, plural: str, name: str, body: Any
+    ) -> Any:
+        self.calls.append(("delete", body.preconditions.resource_version))
+        return {}
+
+    def create_cluster_custom_object(self, group: str, version: str, plural: str, body: Any) -> Any:
+        self.calls.append(("create", body["metadata"]["name"]))
+        return {**body, "metadata": {**body["metadata"], "uid": "u2"}}
+
+
+def test_the_detector_hands_a_finished_nodefences_node_to_the_new_one_without_its_cleanup() -> None:
+    """Fencing a node again, the detector deletes its finished NodeFence: it first removes the
+    finalizer (the new NodeFence takes the node over; the old one undoes nothing), then deletes
+    with the resourceVersion that patch returned, then creates the new one."""
+    configs = parse_configurations(
+        "apiVersion: node-remedy/v1alpha\nkind: Configuration\nthresholdConfigs:\n"
+        "- {nodeConditionType: Ready, nodeConditionStatus: unknown, nodeConditionPeriod: 0s}\n",
+        "t",
+    )
+    det = Detector(client.ApiClient(), configs, namespace="ns", identity="me", metrics=Metrics())
+    custom = RecordingCustomApi()
+    det.custom = custom  # type: ignore[assignment]
+    det.leases = HeldLeases()  # type: ignore[assignment]
+    det.events.record = lambda *a, **k: None  # type: ignore[method-assign]
+    now = time.time()
+    node = NodeInfo(NODE, {}, {}, (NodeCondition("Ready", "Unknown", now - 60),))
+    a = Assessment(node=NODE, config="t", matching=True, unhealthy=True, since=now - 60)
+    old = {"metadata": {"name": NODE, "resourceVersion": "7", "finalizers": ["other.io/keep", FINALIZER]}}
+    try:
+        det._act(NODE, det._create, a, node, old, now).result(10)
+    finally:
+        det.close()
+    assert custom.calls[:3] == [
+        ("patch", {"metadata": {"finalizers": ["other.io/keep"], "resourceVersion": "7"}}),
+        ("delete", "8"),
+        ("create", NODE),
+    ]
