@@ -75,7 +75,8 @@ class NodeFenceDeletion:
         namespace: where the fence ConfigMaps and credentials Secrets live; policy: the
         NodeFence tunables (``recovery_timeout_seconds`` bounds the cleanup,
         ``retry_delay_seconds`` spaces its retries); observer; clock (seconds since the epoch);
-        run_taint: removes the out-of-service taint (the reconcilers' one taint path).
+        run_taint: removes the out-of-service taint (the reconcilers' one taint path);
+        dry_run: decide and log, perform nothing.
     """
 
     def __init__(
@@ -88,7 +89,9 @@ class NodeFenceDeletion:
         observer: Observer,
         clock: Callable[[], float],
         run_taint: RunTaint,
+        dry_run: bool = False,
     ) -> None:
+        self.dry_run = dry_run
         self.kube = kube
         self.executor = executor
         self.namespace = namespace
@@ -162,6 +165,9 @@ class NodeFenceDeletion:
         )
         action = decide_cleanup(name, status, cleanup, obs, fence_config, self.policy, self.namespace)
         log.debug("NodeFence %s (deleted): %s (%s)", name, action.kind, action.reason)
+        if self.dry_run:
+            log.info("dry run: deleted NodeFence %s would %s (%s)", name, action.kind, action.reason)
+            return None
         if action.kind == "wait":
             return action.seconds
         if action.kind == "none":

@@ -182,7 +182,7 @@ class NodeFenceReconciler(Reconciler):
         self.releases = ReleaseLedger(policy.max_pods_released_per_minute)
         self.deletion = NodeFenceDeletion(
             kube, executor, namespace=namespace, policy=policy, observer=self.observer, clock=clock,
-            run_taint=self.run_taint,
+            run_taint=self.run_taint, dry_run=dry_run,
         )  # fmt: skip
 
     def _config_error(self, obj: dict[str, Any], reason: str, message: str) -> None:

@@ -17,9 +17,10 @@ from noderemedy_runner.executor import RunOutcome
 from noderemedy_runner.kube.errors import KubeError
 from noderemedy_runner.loops.deletion import FINALIZER_FORBIDDEN
 from noderemedy_runner.loops.detector import Detector
+from noderemedy_runner.loops.nodefence import NodeFenceReconciler
 from noderemedy_runner.machines.deletion import FINALIZER, cleanup_ident
 from noderemedy_runner.machines.detection import Assessment, NodeCondition, NodeInfo
-from noderemedy_runner.machines.nodefence import run_ident
+from noderemedy_runner.machines.nodefence import NodeFencePolicy, run_ident
 from noderemedy_runner.metrics import Metrics
 
 DELETED = "2026-01-01T00:10:00Z"
@@ -160,3 +161,19 @@ def test_the_detector_hands_a_finished_nodefences_node_to_the_new_one_without_it
         ("delete", "8"),
         ("create", NODE),
     ]
+
+
+def test_a_dry_run_cleans_nothing_up() -> None:
+    kube = FakeKube()
+    kube.obj["metadata"].update(finalizers=[FINALIZER], deletionTimestamp=DELETED)
+    kube.obj["status"] = {
+        "status": "Running",
+        "step": "PowerManagement",
+        "jobs": [run_ident("nf", 0, "PowerManagement", 0)],
+    }
+    ex = FakeExecutor(RunOutcome("x", "successful", 0))
+    r: Any = kube
+    e: Any = ex
+    dry = NodeFenceReconciler(r, e, namespace="ns", policy=NodeFencePolicy(), dry_run=True)
+    assert dry.reconcile("nf", threading.Event()) is None
+    assert ex.runs == [] and kube.writes == [] and kube.obj["metadata"]["finalizers"] == [FINALIZER]
