@@ -23,7 +23,8 @@ finalizer only once that playbook succeeds. Here:
      old pods are gone from the API and no VolumeAttachment names it (after a storage-only
      release: once its kubelet runs none of the released pods).
   3. ``Untaint``: the out-of-service taint is removed under the same conditions, after ``Unfence``.
-     Only a NodeFence that started fencing removes it (one that never acted did not put it there).
+     Only a NodeFence that started fencing and did not finish its own Recovery removes it (one that
+     never acted, or ended Final after removing its taint, did not put the one there now).
 
   Then the finalizer is removed. The cleanup never blocks deletion forever: once
   ``recovery_timeout_seconds`` have passed since the deletion, the finalizer goes anyway, and the
@@ -242,7 +243,8 @@ def cleanup_plan(
         unfence=tuple(_on(m) for m in ports)
         if ports and "Unfence" not in cleanup.done and not recovered(status)
         else (),
-        untaint=taint_present and started,
+        # a flow that ended Final after its Recovery removed its own taint: one there now is not its
+        untaint=taint_present and started and not (status.status == "Final" and recovered(status)),
         history=started,
     )
 
