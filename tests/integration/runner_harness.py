@@ -32,10 +32,15 @@ __all__ = ["GROUP", "PLURAL", "VERSION", "Runner", "events", "nodefences", "wait
 
 
 def delete_nodefences(api: client.ApiClient) -> None:
-    """Delete every NodeFence (cluster-scoped)."""
+    """Delete every NodeFence (cluster-scoped), finalizers first: no runner cleans up after a
+    test, and a NodeFence left deleting would be cleaned up by the next test's runner."""
     co = client.CustomObjectsApi(api)
     for obj in co.list_cluster_custom_object(GROUP, VERSION, PLURAL)["items"]:
         try:
+            if obj["metadata"].get("finalizers"):
+                co.patch_cluster_custom_object(
+                    GROUP, VERSION, PLURAL, obj["metadata"]["name"], {"metadata": {"finalizers": None}}
+                )
             co.delete_cluster_custom_object(GROUP, VERSION, PLURAL, obj["metadata"]["name"])
         except ApiException as exc:
             if exc.status != 404:

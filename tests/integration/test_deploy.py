@@ -83,6 +83,8 @@ def test_the_deployment_schedules_its_two_replicas(deployed):
 ALLOWED = [
     ("create", "nodefences.remediation.noderemedy.io", None),
     ("update", "nodefences.remediation.noderemedy.io", None, "status"),
+    ("patch", "nodefences.remediation.noderemedy.io", None),  # its finalizer
+    ("update", "nodefences.remediation.noderemedy.io", None, "finalizers"),
     ("patch", "nodes", None),
     ("create", "pods", None, "eviction"),
     ("delete", "pods", None),

@@ -171,13 +171,19 @@ class KubeIO:
     def patch_finalizers(
         self, crd: CRD, obj: Mapping[str, Any], finalizer: str, present: bool
     ) -> dict[str, Any]:
-        """Add or remove ``finalizer`` with a JSON merge patch carrying the resourceVersion
+        """Add or remove ``finalizer`` of ``obj`` (namespaced, or cluster-scoped when it has no
+        namespace) with a JSON merge patch carrying the resourceVersion
         (:class:`~noderemedy_runner.kube.errors.Conflict` on 409)."""
         group, version, plural, _kind = crd
         meta = obj.get("metadata") or {}
         current = list(meta.get("finalizers") or [])
         wanted = [f for f in current if f != finalizer] + ([finalizer] if present else [])
         body = {"metadata": {"finalizers": wanted, "resourceVersion": meta.get("resourceVersion")}}
+        if not meta.get("namespace"):  # cluster-scoped (NodeFence)
+            resp = self.custom.patch_cluster_custom_object(
+                group, version, plural, meta["name"], body, _preload_content=False
+            )
+            return read_json(resp)
         resp = self.custom.patch_namespaced_custom_object(
             group, version, meta["namespace"], plural, meta["name"], body, _preload_content=False
         )

@@ -54,6 +54,7 @@ from noderemedy_runner.kube.leases import NodeLeases
 from noderemedy_runner.logs import bind
 from noderemedy_runner.machines import detection as detect
 from noderemedy_runner.machines.conditions import Condition, format_time, parse_time, set_condition
+from noderemedy_runner.machines.deletion import FINALIZER
 from noderemedy_runner.machines.detection import Assessment, FenceInfo, NodeInfo, Plan, Refusal
 from noderemedy_runner.machines.nodefence import (
     NodeFenceObservations,
@@ -464,6 +465,14 @@ class Detector:
                 return
             if old is not None:
                 rv = old["metadata"].get("resourceVersion")
+                if FINALIZER in (old["metadata"].get("finalizers") or []):
+                    # the new NodeFence takes the node over: the finished one undoes nothing
+                    kept = [f for f in old["metadata"]["finalizers"] if f != FINALIZER]
+                    patched: Any = self.custom.patch_cluster_custom_object(
+                        GROUP, VERSION, PLURAL, node.name,
+                        {"metadata": {"finalizers": kept, "resourceVersion": rv}},
+                    )  # fmt: skip
+                    rv = patched["metadata"].get("resourceVersion")
                 self.custom.delete_cluster_custom_object(
                     GROUP,
                     VERSION,

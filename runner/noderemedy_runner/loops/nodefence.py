@@ -49,6 +49,7 @@ from noderemedy_runner.kube.resources import (
     KubeIO,
     ready_condition,
 )
+from noderemedy_runner.loops.deletion import AGAIN, NodeFenceDeletion, deleted_at
 from noderemedy_runner.loops.interop import release_medik8s_lease, start_holds, take_medik8s_lease
 from noderemedy_runner.loops.memory import (
     ERROR_REQUEUE_SECONDS,
@@ -66,6 +67,7 @@ from noderemedy_runner.machines.actions import (
     FenceReading,
 )
 from noderemedy_runner.machines.conditions import find_condition, set_condition
+from noderemedy_runner.machines.deletion import needs_finalizer
 from noderemedy_runner.machines.guards import Hold
 from noderemedy_runner.machines.nodefence import (
     CONFIRM_DOWN_ANNOTATION,
@@ -178,6 +180,10 @@ class NodeFenceReconciler(Reconciler):
         self.remedies = remedies
         self.executors = dict(executors or {})
         self.releases = ReleaseLedger(policy.max_pods_released_per_minute)
+        self.deletion = NodeFenceDeletion(
+            kube, executor, namespace=namespace, policy=policy, observer=self.observer, clock=clock,
+            run_taint=self.run_taint, dry_run=dry_run,
+        )  # fmt: skip
 
     def _config_error(self, obj: dict[str, Any], reason: str, message: str) -> None:
         """Processing=False ``reason`` with ``message`` and a Warning Event, once (the same
@@ -236,6 +242,15 @@ class NodeFenceReconciler(Reconciler):
             meta = meta_of(obj)
             node = str((obj.get("spec") or {}).get("node", ""))
             logs.set_node(node)
+            if deleted_at(obj) is not None:  # deleted: the flow stops, the cleanup takes over
+                try:
+                    found: FenceConfig | str = load_fence_config(self.kube, self.namespace, node, self.cloud)
+                except FenceConfigError as err:
+                    found = str(err)
+                delay = self.deletion.act(obj, found, held, cancel)
+                if delay == AGAIN:
+                    continue
+                return delay
             try:
                 status = NodeFenceStatus.from_dict(obj.get("status"))
             except ValueError as exc:
@@ -326,6 +341,8 @@ class NodeFenceReconciler(Reconciler):
             if self.dry_run:
                 log.info("dry run: NodeFence %s would %s (%s)", name, action.kind, action.reason)
                 return None
+            if needs_finalizer(action.kind) and self.deletion.ensure_finalizer(obj, node, held):
+                continue  # before the first action on a device or the node; read it again
             if action.kind == "wait":
                 return action.seconds
             if action.kind == "none":

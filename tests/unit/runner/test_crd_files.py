@@ -50,7 +50,7 @@ def test_nodefence_enums_match_the_state_machine() -> None:
     assert tuple(status["status"]["enum"]) == nodefence.PHASES
     assert tuple(status["step"]["enum"]) == STEPS
     assert tuple(status["currentRun"]["properties"]["step"]["enum"]) == STEPS
-    assert set(NodeFenceKeys) == set(status)
+    assert {*NodeFenceKeys, "cleanup"} == set(status)  # status.cleanup: machines/deletion.py
     cond = status["conditions"]["items"]["properties"]
     assert tuple(cond["status"]["enum"]) == conditions.CONDITION_STATUSES
     assert cond["reason"]["pattern"] == conditions._REASON_RE.pattern

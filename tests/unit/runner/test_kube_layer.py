@@ -224,6 +224,16 @@ class FakeKube:
         self.writes.append(copy.deepcopy(status))
         return copy.deepcopy(self.obj)
 
+    def patch_finalizers(
+        self, crd: Any, obj: dict[str, Any], finalizer: str, present: bool
+    ) -> dict[str, Any]:
+        if obj["metadata"]["resourceVersion"] != self.obj["metadata"]["resourceVersion"]:
+            raise Conflict("patch finalizers: HTTP 409 the object has been modified", "conflict", 409)
+        kept = [f for f in self.obj["metadata"].get("finalizers") or [] if f != finalizer]
+        self.obj["metadata"]["finalizers"] = kept + ([finalizer] if present else [])
+        self.obj["metadata"]["resourceVersion"] = str(int(self.obj["metadata"]["resourceVersion"]) + 1)
+        return copy.deepcopy(self.obj)
+
     def event(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
         self.events.append((obj.get("kind", ""), reason, message))
 
