@@ -49,6 +49,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.degraded import (
+    NodeSignal,
+    condition_type,
+    degraded_state,
+    live_annotations,
+    report_until,
+)
+from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.kubelet import (
+    NO_START_ATTEMPT_SOURCE,
+    Sources,
+    default_probe_ca_cert,
+    find_kubelet,
+    require_sources,
+    resolve_sources,
+)
 from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.layout import (
     HAS_YAML,
     YAML_IMPORT_ERROR,
@@ -93,6 +108,10 @@ from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.readin
     parse_start_log,
     retry_policy,
     revisions_to_prune,
+)
+from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.retries import (
+    monitor_in_static_pod,
+    pending_retry,
 )
 from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.vocabulary import (
     CRASH_LOOPING,
@@ -152,6 +171,29 @@ def _mirror_reader(params: dict[str, Any]) -> MirrorPodReader | None:
     )
 
 
+def _node_signal(params: dict[str, Any], layout: Layout) -> NodeSignal | None:
+    """The Degraded signal on this node (:mod:`.degraded`) when a client configuration is given
+    (``kubeconfig`` or ``host``) and the kubernetes library is installed; else None."""
+    from ansible_collections.noderemedy.core.plugins.module_utils._kube import HAS_KUBERNETES, get_api_client
+
+    if not HAS_KUBERNETES or not (params.get("kubeconfig") or params.get("host")) or not layout.node_name:
+        return None
+    return NodeSignal(lambda: get_api_client(params), layout.node_name, layout.operand)
+
+
+def _see_the_kubelet(params: dict[str, Any], layout: Layout, mirror_possible: bool) -> Sources:
+    """Resolve the sources of start attempts (:func:`.kubelet.resolve_sources`: the node name and
+    pod logs of the kubelet that runs ``manifests_dir``), refuse when none works
+    (:func:`.kubelet.require_sources`), and set them on ``layout``."""
+    from pathlib import Path
+
+    sources = resolve_sources(params, mirror_possible)
+    require_sources(sources, layout.operand)
+    layout.node_name = sources.node_name
+    layout.pod_logs_dir = Path(sources.pod_logs_dir) if sources.pod_logs_dir else None
+    return sources
+
+
 def execute(params: dict[str, Any], check_mode: bool = False, storage_versions: Any = None) -> dict[str, Any]:
     """Run ``params["state"]`` with module-style ``params``; the module's whole job.
 
@@ -196,7 +238,7 @@ def execute(params: dict[str, Any], check_mode: bool = False, storage_versions: 
         storage_versions=storage_versions if sv_on else None,
         storage_version_unavailable=params.get("storage_version_unavailable") or "proceed",
         in_static_pod=bool(params.get("in_static_pod")),
-        mirror_pods=_mirror_reader(params) if state == "monitor" else None,
+        mirror_pods=None,
         extra={"lock_timeout": float(params.get("lock_timeout") or DEFAULT_LOCK_TIMEOUT)},
     )
     try:
@@ -209,17 +251,30 @@ def execute(params: dict[str, Any], check_mode: bool = False, storage_versions: 
             field="reason",
             reason="InvalidInput",
         )
+    kind = params.get("probe_kind") or ("etcd" if layout.operand == "etcd" else "kube-apiserver")
+    sources: Sources | None = None
     if state == "retry":
         res = retry(layout, opts)
     elif state == "install":
         spec = params.get("startup_monitor")
         render = None
         if spec is not None:
+            mirror_possible = (params.get("mirror_pod") or "auto") == "auto" and bool(
+                params.get("kubeconfig") or params.get("host")
+            )
+            sources = resolve_sources(params, mirror_possible)
+            if not params.get("pod_logs_dir"):
+                # a pod_logs_dir given is the caller's word (the monitor pod mounts it, creating it)
+                require_sources(sources, layout.operand)
             full = {
                 **params,
                 "manifests_dir": str(layout.manifests_dir),
                 "resources_dir": str(layout.resources_dir),
                 "lock_file": str(layout.lock_file),
+                # resolved here, on the node: the monitor pod does not see the kubelet's process
+                "node_name": sources.node_name,
+                "pod_logs_dir": params.get("pod_logs_dir") or sources.pod_logs_dir,
+                "probe_ca_cert": params.get("probe_ca_cert") or default_probe_ca_cert(kind),
             }
             rev = int(opts.revision or 0)
             # rendered once up front: bad input is refused before the lock is taken
@@ -238,18 +293,28 @@ def execute(params: dict[str, Any], check_mode: bool = False, storage_versions: 
     elif state == "fallback":
         res = fallback(layout, opts)
     else:
-        kind = params.get("probe_kind") or ("etcd" if layout.operand == "etcd" else "kube-apiserver")
         prober = HttpProber(
             params.get("probe_url") or default_probe_url(kind),
             kind,
-            params.get("probe_ca_cert"),
+            params.get("probe_ca_cert") or default_probe_ca_cert(kind),
             params.get("probe_client_cert"),
             params.get("probe_client_key"),
             params.get("probe_validate_certs", True) is not False,
             float(params.get("probe_request_timeout") or 2.0),
         )
-        res = run_monitor(layout, opts, prober)
+        opts.mirror_pods = _mirror_reader(params)
+        sources = _see_the_kubelet(params, layout, opts.mirror_pods is not None)
+        signal = None if check_mode else _node_signal(params, layout)
+        if opts.in_static_pod:
+            res = monitor_in_static_pod(layout, opts, prober, signal=signal)
+        else:
+            res = run_monitor(layout, opts, prober)
+            state_now = degraded_state(layout.operand, res, live_annotations(layout))
+            if signal is not None and state_now is not None:
+                res["degraded"] = report_until(signal, state_now, opts.timeout, opts.interval)
     res["state"] = state
+    if sources is not None:
+        res["start_attempt_sources"] = sources.as_result()
     res.setdefault("reason", "")
     res.setdefault("message", "")
     return res
@@ -275,6 +340,8 @@ __all__ = [
     "LAYOUT_ARGSPEC",
     "Layout",
     "MONITOR_SUFFIX",
+    "NO_START_ATTEMPT_SOURCE",
+    "NodeSignal",
     "MirrorPod",
     "MirrorPodReader",
     "NEVER_STARTED_UP",
@@ -288,6 +355,7 @@ __all__ = [
     "STORAGE_VERSIONS_FILE",
     "STORAGE_VERSION_ARGSPEC",
     "STORAGE_VERSION_SKEW",
+    "Sources",
     "StaticPodError",
     "UNEXPECTED_REVISION",
     "UNHEALTHY",
@@ -295,6 +363,9 @@ __all__ = [
     "annotate_fallback",
     "assess",
     "choose_fallback",
+    "condition_type",
+    "degraded_state",
+    "default_probe_ca_cert",
     "default_probe_url",
     "etcd_direct_check",
     "etcd_flags",
@@ -302,16 +373,21 @@ __all__ = [
     "failed_checks",
     "fallback",
     "final_readiness",
+    "find_kubelet",
     "install",
     "mark_good",
     "mirror_pod_of",
+    "monitor_in_static_pod",
     "monitor_params",
     "monitor_pod",
     "observe",
     "parse_start_log",
+    "pending_retry",
     "prune",
     "retry",
     "retry_policy",
+    "require_sources",
+    "resolve_sources",
     "revisions_to_prune",
     "run_monitor",
     "status",
