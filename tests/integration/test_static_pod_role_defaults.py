@@ -37,6 +37,7 @@ import pytest
 import test_static_pod_apiserver_node as node_apiserver
 import yaml
 from kube_helpers import wait_for
+from test_static_pod_monitor_pod import monitor_image  # noqa: F401  (fixture: the remediation pod image)
 
 pytestmark = [pytest.mark.lab, pytest.mark.kube]
 
@@ -316,6 +317,68 @@ def test_the_startup_monitor_retries_by_itself_and_the_node_shows_degraded_meanw
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+        if relay is not None:
+            relay.terminate()
+            relay.wait(10)
+
+
+def test_a_pending_retry_is_handed_to_the_startup_monitor_pod_which_retries_by_itself(
+    lab_real, apiserver, request, tmp_path
+):
+    """The monitor run by a playbook (``state: monitor`` with ``startup_monitor``, as the role passes
+    ``static_pod_fallback_startup_monitor``) falls back from revision 3 (EtcdUnhealthy) and writes the
+    startup-monitor static pod of revision 3; the kubelet runs it from the remediation pod image; once
+    the endpoint works it rolls revision 3 out again at ``retry-at``, marks it good, clears the
+    Degraded condition and removes its own manifest. The test only waits."""
+    image = request.getfixturevalue("monitor_image")
+    kubeconfig = admin_kubeconfig(lab_real, tmp_path / "admin.conf")
+    params = {**apiserver.params, "kubeconfig": str(kubeconfig), "retry_base": 30.0, "mirror_pod": "never"}
+    apiserver.install(1)
+    first = node_apiserver.in_node(
+        apiserver.netns, "monitor", {**params, "state": "monitor", "revision": 1, "timeout": 120}, 200
+    )
+    assert first["ready"] is True, first
+    apiserver.install(3)
+    monitor_manifest = apiserver.manifests / "kube-apiserver-startup-monitor-pod.yaml"
+    relay = None
+    try:
+        res = node_apiserver.in_node(
+            apiserver.netns,
+            "monitor",
+            {
+                **params,
+                "state": "monitor",
+                "revision": 3,
+                "timeout": 45.0,
+                "startup_monitor": {"image": image},
+            },
+            200,
+        )
+        assert (res["action"], res["reason"]) == ("fallback", "EtcdUnhealthy"), res
+        assert res["retry_handed_over"] == str(monitor_manifest) and monitor_manifest.is_file(), res
+        handed = time.time()
+        monitor = yaml.safe_load(monitor_manifest.read_text())
+        assert monitor["metadata"]["labels"]["revision"] == "3"
+        relay = subprocess.Popen(
+            ["nsenter", f"--net=/run/netns/{apiserver.netns}", "--", "socat",
+             f"TCP-LISTEN:{node_apiserver.ETCD_PORT + 7},bind=127.0.0.1,fork,reuseaddr",
+             f"TCP:127.0.0.1:{node_apiserver.ETCD_PORT}"],
+        )  # fmt: skip
+        wait_for(
+            lambda: not monitor_manifest.exists(),
+            300,
+            "the startup monitor done and its manifest gone",
+            interval=2,
+        )
+        assert _lkg(apiserver) == "kube-apiserver-pod-3"
+        assert _live_revision(apiserver) == "3"
+        cond = _node_condition(lab_real)
+        assert (cond["status"], cond["reason"]) == ("False", "RevisionMarkedGood"), cond
+        print(
+            f"\nFIGURE retry handed to the monitor pod: fallback -> revision 3 marked good by the pod in {time.time() - handed:.1f} s (backoff 30 s)"
+        )
+    finally:
+        monitor_manifest.unlink(missing_ok=True)
         if relay is not None:
             relay.terminate()
             relay.wait(10)

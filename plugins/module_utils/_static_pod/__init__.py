@@ -110,6 +110,7 @@ from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.readin
     revisions_to_prune,
 )
 from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.retries import (
+    hand_over,
     monitor_in_static_pod,
     pending_retry,
 )
@@ -179,6 +180,23 @@ def _node_signal(params: dict[str, Any], layout: Layout) -> NodeSignal | None:
     if not HAS_KUBERNETES or not (params.get("kubeconfig") or params.get("host")) or not layout.node_name:
         return None
     return NodeSignal(lambda: get_api_client(params), layout.node_name, layout.operand)
+
+
+def _monitor_pod_params(
+    params: dict[str, Any], layout: Layout, sources: Sources, kind: str
+) -> dict[str, Any]:
+    """The module parameters the startup-monitor pod is rendered from: the caller's, with the
+    layout's paths and what was found on the node (the monitor pod does not see the kubelet's
+    process): the node name, the pod logs, the probe CA."""
+    return {
+        **params,
+        "manifests_dir": str(layout.manifests_dir),
+        "resources_dir": str(layout.resources_dir),
+        "lock_file": str(layout.lock_file),
+        "node_name": sources.node_name,
+        "pod_logs_dir": params.get("pod_logs_dir") or sources.pod_logs_dir,
+        "probe_ca_cert": params.get("probe_ca_cert") or default_probe_ca_cert(kind),
+    }
 
 
 def _see_the_kubelet(params: dict[str, Any], layout: Layout, mirror_possible: bool) -> Sources:
@@ -266,16 +284,7 @@ def execute(params: dict[str, Any], check_mode: bool = False, storage_versions: 
             if not params.get("pod_logs_dir"):
                 # a pod_logs_dir given is the caller's word (the monitor pod mounts it, creating it)
                 require_sources(sources, layout.operand)
-            full = {
-                **params,
-                "manifests_dir": str(layout.manifests_dir),
-                "resources_dir": str(layout.resources_dir),
-                "lock_file": str(layout.lock_file),
-                # resolved here, on the node: the monitor pod does not see the kubelet's process
-                "node_name": sources.node_name,
-                "pod_logs_dir": params.get("pod_logs_dir") or sources.pod_logs_dir,
-                "probe_ca_cert": params.get("probe_ca_cert") or default_probe_ca_cert(kind),
-            }
+            full = _monitor_pod_params(params, layout, sources, kind)
             rev = int(opts.revision or 0)
             # rendered once up front: bad input is refused before the lock is taken
             monitor_pod(full, rev, spec, "kube-system")
@@ -305,10 +314,21 @@ def execute(params: dict[str, Any], check_mode: bool = False, storage_versions: 
         opts.mirror_pods = _mirror_reader(params)
         sources = _see_the_kubelet(params, layout, opts.mirror_pods is not None)
         signal = None if check_mode else _node_signal(params, layout)
+        spec = params.get("startup_monitor")
+        if spec is not None and not opts.in_static_pod:
+            full = _monitor_pod_params(params, layout, sources, kind)
+            monitor_pod(full, 0, spec, "kube-system")  # bad input refused before anything runs
         if opts.in_static_pod:
             res = monitor_in_static_pod(layout, opts, prober, signal=signal)
         else:
             res = run_monitor(layout, opts, prober)
+            if spec is not None:
+                rev = int(res["revision"])
+                written = hand_over(layout, opts, rev, lambda ns: monitor_pod(full, rev, spec, ns))
+                if written:
+                    res["changed"] = True
+                    res["files_written"].append(written)
+                    res["retry_handed_over"] = written
             state_now = degraded_state(layout.operand, res, live_annotations(layout))
             if signal is not None and state_now is not None:
                 res["degraded"] = report_until(signal, state_now, opts.timeout, opts.interval)
@@ -374,6 +394,7 @@ __all__ = [
     "fallback",
     "final_readiness",
     "find_kubelet",
+    "hand_over",
     "install",
     "mark_good",
     "mirror_pod_of",

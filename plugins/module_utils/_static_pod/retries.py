@@ -28,7 +28,12 @@ from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.degrad
     degraded_state,
     live_annotations,
 )
-from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.layout import Layout
+from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.layout import (
+    InstallerLock,
+    Layout,
+    write_manifest_atomic,
+    yaml,
+)
 from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.operations import (
     Options,
     _judge,
@@ -39,8 +44,12 @@ from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.operat
     wait_for_revision,
 )
 from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.probes import HttpProber
-from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.readiness import Observation
+from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.readiness import (
+    Observation,
+    pod_revision,
+)
 from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.vocabulary import (
+    DEFAULT_LOCK_TIMEOUT,
     FALLBACK_FOR_REVISION,
     RETRY_AT,
     StaticPodError,
@@ -133,3 +142,40 @@ def monitor_in_static_pod(
     res["rounds"] = rounds
     remove_own_manifest(layout, expected, opts, res)
     return res
+
+
+def hand_over(
+    layout: Layout, opts: Options, revision: int, render: Callable[[str], dict[str, Any]]
+) -> str | None:
+    """After a monitor run outside a static pod (the role, a playbook) fell back with a retry
+    pending, write the startup-monitor static pod of ``revision`` (``render(namespace)``, the
+    operand's namespace), which then waits for ``retry-at`` and retries by itself
+    (:func:`monitor_in_static_pod`: its wait for the revision ends at once on the fallback for it).
+
+    Under the installer lock, through a dot temp file and a rename. Nothing is written when no
+    retry is pending or a monitor manifest of ``revision`` is there already. Returns the path
+    written (also in check mode, where nothing is), else None. StaticPodError (``LockBusy``, or
+    naming ``manifests_dir`` when it cannot be written).
+    """
+    if pending_retry(layout, revision) is None:
+        return None
+    with InstallerLock(layout.lock_file, float(opts.extra.get("lock_timeout", DEFAULT_LOCK_TIMEOUT))):
+        if pending_retry(layout, revision) is None:
+            return None
+        with contextlib.suppress(StaticPodError):
+            mine = layout.read_pod(layout.monitor_manifest, "monitor manifest")
+            if pod_revision(mine, "monitor manifest") == revision:
+                return None
+        namespace = "kube-system"
+        with contextlib.suppress(StaticPodError, KeyError, TypeError):
+            live = layout.read_pod(layout.live_manifest, "live manifest")
+            namespace = str(live["metadata"].get("namespace") or namespace)
+        data = yaml.safe_dump(render(namespace), sort_keys=False).encode()
+        if not opts.check_mode:
+            try:
+                write_manifest_atomic(layout.monitor_manifest, data)
+            except OSError as exc:
+                raise StaticPodError(
+                    f"manifests_dir: cannot write {layout.monitor_manifest}: {exc}", field="manifests_dir"
+                ) from exc
+    return str(layout.monitor_manifest)

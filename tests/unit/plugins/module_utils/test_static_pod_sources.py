@@ -399,3 +399,38 @@ def test_a_fallback_that_is_not_retried_is_degraded_too_and_says_so():
     assert (state["status"], state["reason"]) == ("True", "CrashLooping")
     assert "not retried" in state["message"]
     assert sp.degraded_state("kube-apiserver", {"action": "none", "reason": "UnexpectedRevision"}, {}) is None
+
+
+def test_a_retryable_fallback_is_handed_over_to_the_startup_monitor_pod_once(tmp_path):
+    layout = _layout(tmp_path)
+    layout.monitor_manifest.unlink()
+    sp.fallback(
+        layout, Options(retry_base=60, retry_cap=120), "EtcdUnhealthy", "etcd check: refused", current=2
+    )
+    rendered = []
+
+    def render(namespace: str) -> dict:
+        rendered.append(namespace)
+        return {
+            **_pod(2),
+            "metadata": {"name": "kube-apiserver-startup-monitor", "labels": {"revision": "2"}},
+        }
+
+    assert sp.hand_over(layout, Options(), 2, render) == str(layout.monitor_manifest)
+    assert rendered == ["kube-system"]  # the operand's namespace
+    assert (
+        yaml.safe_load(layout.monitor_manifest.read_text())["metadata"]["name"]
+        == "kube-apiserver-startup-monitor"
+    )
+    assert [p.name for p in layout.manifests_dir.iterdir() if p.name.startswith(".")] == []
+    # a monitor of that revision is there: nothing again
+    assert sp.hand_over(layout, Options(), 2, render) is None and len(rendered) == 1
+
+
+def test_nothing_is_handed_over_without_a_pending_retry(tmp_path):
+    layout = _layout(tmp_path)
+    layout.monitor_manifest.unlink()
+    assert sp.hand_over(layout, Options(), 2, lambda ns: _pod(2)) is None  # no fallback at all
+    sp.fallback(layout, Options(), "CrashLooping", "crash", current=2)
+    assert sp.hand_over(layout, Options(), 2, lambda ns: _pod(2)) is None  # not retried
+    assert not layout.monitor_manifest.exists()
