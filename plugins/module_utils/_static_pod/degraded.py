@@ -116,6 +116,9 @@ class NodeSignal:
         self.request_timeout = request_timeout
         self.clock = clock
         self.last_error = ""
+        #: the last report failed in a way that trying again cannot fix (no such Node, forbidden,
+        #: a bad client configuration)
+        self.gave_up = False
 
     def _request(self, method: str, path: str, **kwargs: Any) -> Any:
         from ansible_collections.noderemedy.core.plugins.module_utils._kube import request
@@ -129,7 +132,8 @@ class NodeSignal:
 
         A ``False`` state is written only over a condition that is there (a node that never
         degraded gets no condition). Returns True when done (or nothing to do), False when the API
-        server did not answer or refused (``last_error`` says why); never raises.
+        server did not answer or refused (``last_error`` says why; ``gave_up`` when trying again
+        cannot help: no such Node, forbidden, a bad client configuration); never raises.
         """
         from ansible_collections.noderemedy.core.plugins.module_utils._kube import KubeError
 
@@ -189,6 +193,7 @@ class NodeSignal:
             )
         except KubeError as exc:
             self.last_error = str(exc)
+            self.gave_up = exc.reason in ("not_found", "forbidden", "invalid")
             return False
         except Exception as exc:  # best effort: the API server may be the operand that just fell back
             self.last_error = f"{type(exc).__name__}: {exc}"
@@ -215,7 +220,8 @@ def report_until(
     sleep: Callable[[float], None] = time.sleep,
 ) -> dict[str, Any]:
     """Report ``state`` through ``signal``, trying every ``interval`` seconds for up to ``within``
-    seconds (after a fallback the last-known-good API server takes a while to serve again).
+    seconds (after a fallback the last-known-good API server takes a while to serve again); not
+    again after an error that trying again cannot fix (:attr:`NodeSignal.gave_up`).
 
     Returns the result's ``degraded`` entry: ``{"condition", "status", "reason", "reported",
     "error"?}``.
@@ -223,7 +229,7 @@ def report_until(
     end = clock() + within
     while True:
         ok = signal.report(state)
-        if ok or clock() >= end:
+        if ok or signal.gave_up or clock() >= end:
             break
         sleep(max(0.0, min(interval, end - clock())))
     out = {

@@ -129,7 +129,13 @@ def monitor_in_static_pod(
         while due is not None and wall() < due:
             sleep(max(0.0, min(opts.interval, due - wall())))
             due = pending_retry(layout, expected)
-            if not reported and signal is not None and state is not None and clock() - tried >= REPORT_EVERY:
+            if (
+                not reported
+                and signal is not None
+                and state is not None
+                and not signal.gave_up
+                and clock() - tried >= REPORT_EVERY
+            ):
                 reported, tried = signal.report(state), clock()
                 res["degraded"]["reported"] = reported
         if due is None:
