@@ -25,6 +25,7 @@ with ``--hostname-override=lab-real-0``.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shlex
@@ -66,13 +67,25 @@ def apiserver(lab_real, tmp_path, monkeypatch):
 
 def admin_kubeconfig(lab, dest: Path) -> Path:
     """A kubeconfig with the lab's admin credentials that works from the node's network namespace
-    (the kubelet's server address, through the lab's relay)."""
+    (the kubelet's server address, through the lab's relay), its certificates embedded as in
+    kubeadm's ``admin.conf`` (the monitor pod mounts the kubeconfig's directory only)."""
     info = lab.info["real_nodes"][NODE]
     pki = Path(lab.info["kube"]["pki"])
+
+    def data(path: Path) -> str:
+        return base64.b64encode(path.read_bytes()).decode()
+
     doc = yaml.safe_load((Path(info["dir"]) / "kubelet.kubeconfig").read_text())
+    for cluster in doc["clusters"]:
+        ca = cluster["cluster"].pop("certificate-authority")
+        cluster["cluster"]["certificate-authority-data"] = data(Path(ca))
     for user in doc["users"]:
-        user["user"] = {"client-certificate": str(pki / "admin.crt"), "client-key": str(pki / "admin.key")}
+        user["user"] = {
+            "client-certificate-data": data(pki / "admin.crt"),
+            "client-key-data": data(pki / "admin.key"),
+        }
     dest.write_text(yaml.safe_dump(doc))
+    dest.chmod(0o600)
     return dest
 
 
