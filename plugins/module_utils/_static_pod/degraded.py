@@ -130,8 +130,8 @@ class NodeSignal:
     def report(self, state: dict[str, Any]) -> bool:
         """Set the condition to ``state`` (:func:`degraded_state`) and post its Event.
 
-        A ``False`` state is written only over a condition that is there (a node that never
-        degraded gets no condition). Returns True when done (or nothing to do), False when the API
+        A ``False`` state is written only over a ``True`` condition (a node that never degraded
+        gets no condition, a cleared one no second Event). Returns True when done (or nothing to do), False when the API
         server did not answer or refused (``last_error`` says why; ``gave_up`` when trying again
         cannot help: no such Node, forbidden, a bad client configuration); never raises.
         """
@@ -145,8 +145,8 @@ class NodeSignal:
                 (c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") == ctype),
                 None,
             )
-            if current is None and state["status"] == "False":
-                return True
+            if state["status"] == "False" and (current is None or current.get("status") == "False"):
+                return True  # never degraded, or cleared already: nothing to say
             same = current is not None and all(
                 current.get(k) == state[k] for k in ("status", "reason", "message")
             )
