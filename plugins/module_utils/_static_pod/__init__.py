@@ -13,7 +13,9 @@ as the enhancement describes them. StorageVersion safety follows KEP-2339 (see
 The package, by concern (this file re-exports their API and is the modules' entry point,
 :func:`execute`): ``vocabulary`` (annotations, reasons, defaults, the error type), ``readiness``
 (pure decisions), ``layout`` (filesystem, lock, atomic writes), ``probes`` (HTTP checks, one
-observation), ``monitor_pod`` (the startup monitor's own static pod) and ``operations``.
+observation), ``kubelet`` (what the node's kubelet shows: node name, pod logs, the sources of start
+attempts), ``monitor_pod`` (the startup monitor's own static pod), ``operations``, ``retries`` (the
+monitor pod retrying by itself) and ``degraded`` (the Degraded condition and Events on the Node).
 
 Split:
 
@@ -32,11 +34,14 @@ Layout (all paths are parameters; defaults as on an OpenShift node)::
     /etc/kubernetes/static-pod-resources/<operand>-pod-<REV>/<operand>-pod.yaml   revision REV
     /etc/kubernetes/static-pod-resources/<operand>-last-known-good      symlink to a revision manifest
     /var/lock/<operand>-installer.lock                                  installer lock (flock)
-    /var/log/<operand>/termination.log                                  start-attempt log (see below)
+    /var/log/pods/<namespace>_<pod>-<node>_<uid>/<container>/<n>.log   the kubelet's pod logs
 
-Start attempts are observed from the termination log (the enhancement's
+Start attempts are observed from the kubelet's pod logs and the mirror pod, found on the node with
+no option set (``kubelet``: the kubelet whose static pod path is the manifests directory gives the
+node name and the pod logs directory; with no source the monitor refuses), or from a termination
+log when one is given (``termination_log``; the enhancement's
 ``/var/log/kube-apiserver/termination.log``), one JSON object per line, written by whatever starts
-the operand (the kubelet's wrapper on a node, the test harness in ``tests/integration``)::
+the operand (a wrapper on a node, the test harness in ``tests/integration``)::
 
     {"event": "start", "time": 1763712000.5, "revision": 3, "pid": 4242}
     {"event": "exit", "time": 1763712001.2, "revision": 3, "exitCode": 1}
