@@ -42,27 +42,35 @@ options:
   termination_log:
     description:
       - >-
-        The start-attempt log of the operand, one JSON object per line
-        (C({"event": "start", "time": <epoch seconds>, "revision": <REV>})), written by whatever
-        starts the operand. Start attempts give the reasons C(NeverStartedUp), C(CrashLooping) and
-        C(UnexpectedRevision).
-      - Defaults to C(/var/log/<operand>/termination.log).
-      - Not read when O(pod_logs_dir) is set.
+        A start-attempt log of the operand, one JSON object per line
+        (C({"event": "start", "time": <epoch seconds>, "revision": <REV>})), written by a wrapper that
+        starts the operand (the kubelet does not write it). Start attempts give the reasons
+        C(NeverStartedUp), C(CrashLooping) and C(UnexpectedRevision).
+      - Read only when given, and then the kubelet's pod logs are not looked for unless O(pod_logs_dir) is given.
     type: path
   pod_logs_dir:
     description:
       - >-
-        The kubelet's pod log directory (V(/var/log/pods) on a node). When set, start attempts come
-        from what the kubelet writes there instead of O(termination_log)
+        The kubelet's pod log directory. Start attempts come from what the kubelet writes there
         - C(<namespace>_<pod>_<uid>/<container>/<restartCount>.log), one file per start of the
         operand's first container - in the newest pod directory of the operand's static pod that
         was written after the live manifest.
-      - Requires O(node_name).
+      - >-
+        Defaults (with O(state=monitor), unless O(termination_log) is given) to the C(podLogsDir) of the
+        running kubelet whose static pod path is O(manifests_dir), else V(/var/log/pods); used when it is a
+        directory.
+      - >-
+        With no source of start attempts (no pod log directory, no client configuration for the mirror
+        pod, no O(termination_log)) O(state=monitor) refuses to run, reason C(NoStartAttemptSource),
+        rather than roll back a revision it cannot see.
     type: path
   node_name:
     description:
       - The node's name as the kubelet registers it; the kubelet names a static pod
-        C(<metadata.name>-<node_name>). Used with O(pod_logs_dir).
+        C(<metadata.name>-<node_name>) (its log directory and mirror pod).
+      - >-
+        Defaults to the C(--hostname-override) of the running kubelet whose static pod path is
+        O(manifests_dir), else the host name in lower case (kubelet C(GetHostname)).
     type: str
 """
 
@@ -81,7 +89,12 @@ options:
     type: str
     choices: [kube-apiserver, etcd]
   probe_ca_cert:
-    description: CA bundle (PEM) to verify the operand's serving certificate.
+    description:
+      - CA bundle (PEM) to verify the operand's serving certificate.
+      - >-
+        Defaults, for a kube-apiserver, to kubeadm's cluster CA C(/etc/kubernetes/pki/ca.crt) when it
+        exists, else the system CAs. On a loopback O(probe_url) the chain is verified but not the host
+        name (a kubeadm serving certificate does not name C(localhost)).
     type: path
   probe_client_cert:
     description: Client certificate (PEM) for the health checks.

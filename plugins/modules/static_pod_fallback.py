@@ -87,6 +87,16 @@ options:
         the installer's layout, probe, timing, retry, StorageVersion and kube auth options (not O(api_key),
         which is refused). It is hostNetwork, mounts every directory it reads or writes at the same path,
         and has C(restartPolicy=OnFailure).
+      - >-
+        With O(state=monitor) (not O(in_static_pod)), after a fallback for a retryable reason, write that
+        startup monitor for the failed revision (under the installer lock, unless one of that revision is
+        there): it waits for the fallback's C(static-pods.noderemedy.io/retry-at), rolls the revision out
+        again and judges it, until a revision is marked good - the retries happen by themselves.
+      - >-
+        The monitor pod retries by itself in any case - after a retryable fallback it stays, waits for
+        C(retry-at), rolls the revision out again and judges it again (the backoff doubling up to
+        O(retry_cap)), until a revision is marked good, the fallback is not retried, or an installer writes
+        another revision.
     type: dict
     suboptions:
       image:
@@ -119,8 +129,9 @@ options:
     description:
       - With O(state=monitor), the monitor is the startup-monitor static pod O(startup_monitor) wrote. It
         waits, without a deadline and without writing anything, until the live manifest is of O(revision)
-        (or already the fallback for it); then judges it; at the end it removes its own manifest
-        C(<operand>-startup-monitor-pod.yaml) if that is of O(revision), under the installer lock.
+        (or already the fallback for it); then judges it; after a retryable fallback it waits for
+        C(retry-at), rolls the revision out again and judges it again; at the end it removes its own
+        manifest C(<operand>-startup-monitor-pod.yaml) if that is of O(revision), under the installer lock.
     type: bool
     default: false
   mirror_pod:
@@ -176,9 +187,16 @@ options:
     default: 21600
 notes:
   - >-
-    Start attempts come from the kubelet's own per-container log files when O(pod_logs_dir) and
-    O(node_name) are set (C(/var/log/pods/<namespace>_<pod>_<uid>/<container>/<restartCount>.log)),
-    else from O(termination_log), which a wrapper of the operand writes.
+    Start attempts come from the kubelet's own per-container log files
+    (C(/var/log/pods/<namespace>_<pod>_<uid>/<container>/<restartCount>.log)), the mirror pod (with a client
+    configuration) and, when given, O(termination_log). With no option set the node name and the pod log
+    directory are those of the running kubelet whose static pod path is O(manifests_dir) (its
+    C(--hostname-override), else the host name). With no source that works, O(state=monitor) refuses
+    (C(NoStartAttemptSource)) instead of judging a revision it cannot see.
+  - >-
+    With a client configuration the monitor shows on its Node while a revision has fallen back - the
+    condition C(<Operand>StaticPodDegraded) (for example C(KubeApiserverStaticPodDegraded)) C(True), a
+    C(StaticPodFallback) Event - and C(False) (C(RevisionMarkedGood)) once a revision is marked good.
 """
 
 EXAMPLES = r"""
@@ -290,6 +308,30 @@ elapsed_seconds:
   description: Seconds the monitor ran.
   returned: state is monitor
   type: float
+start_attempt_sources:
+  description:
+    - The sources of start attempts used - C(used) (V(pod_logs_dir), V(mirror_pod), V(termination_log)),
+      C(node_name), C(node_name_from) (V(node_name), V(kubelet --hostname-override), V(hostname)),
+      C(pod_logs_dir), C(kubelet_pid), C(notes).
+  returned: state is monitor, or install with startup_monitor
+  type: dict
+degraded:
+  description: The Degraded signal written on the Node - C(condition), C(status), C(reason), C(reported).
+  returned: state is monitor with a client configuration, after a fallback or a revision marked good
+  type: dict
+retries:
+  description: Rollouts again the startup monitor pod did after their backoff (O(in_static_pod)).
+  returned: state is monitor with in_static_pod
+  type: int
+rounds:
+  description: Each judgement of the startup monitor pod - C(action), C(reason), C(retry_at).
+  returned: state is monitor with in_static_pod
+  type: list
+  elements: dict
+retry_handed_over:
+  description: The startup monitor manifest written to retry the failed revision (O(startup_monitor)).
+  returned: when a retryable fallback was handed over
+  type: str
 """
 
 import traceback  # noqa: E402

@@ -134,6 +134,30 @@ def test_bad_input_fails_naming_the_field(run_playbook, tmp_path, extra, field, 
     assert live.read_bytes() == before
 
 
+def test_the_monitor_refuses_when_it_cannot_see_a_start_attempt(run_playbook, tmp_path):
+    """No pod logs directory, no client configuration, no termination log: the module fails with
+    NoStartAttemptSource naming the options, before judging; the live revision stays."""
+    paths = make_root(tmp_path)
+    del paths["termination_log"]
+    live = Path(paths["manifests_dir"]) / "kube-apiserver-pod.yaml"
+    before = live.read_bytes()
+    args = {
+        "operand": "kube-apiserver",
+        "state": "monitor",
+        "timeout": 1,
+        "storage_version_check": "never",
+        "pod_logs_dir": str(tmp_path / "no-pod-logs"),
+        **paths,
+    }
+    res = run_playbook([{"name": "blind", FQCN: args}]).task("blind")
+    assert res["failed"] is True and res["reason"] == "NoStartAttemptSource", res
+    assert res["field"] == "pod_logs_dir"
+    for option in ("pod_logs_dir", "node_name", "kubeconfig", "mirror_pod", "termination_log"):
+        assert option in res["msg"], res["msg"]
+    assert live.read_bytes() == before
+    assert not list(Path(paths["manifests_dir"]).glob(".*"))
+
+
 HOLDER = """
 import fcntl, os, sys
 fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)

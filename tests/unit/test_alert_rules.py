@@ -41,7 +41,7 @@ def test_rules_are_valid(rules_dir: Path) -> None:
         timeout=60,
     )
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "SUCCESS: 4 rules found" in out.stdout + out.stderr
+    assert "SUCCESS: 5 rules found" in out.stdout + out.stderr
 
 
 def test_promtool_rule_tests_pass(rules_dir: Path) -> None:

@@ -13,7 +13,9 @@ as the enhancement describes them. StorageVersion safety follows KEP-2339 (see
 The package, by concern (this file re-exports their API and is the modules' entry point,
 :func:`execute`): ``vocabulary`` (annotations, reasons, defaults, the error type), ``readiness``
 (pure decisions), ``layout`` (filesystem, lock, atomic writes), ``probes`` (HTTP checks, one
-observation), ``monitor_pod`` (the startup monitor's own static pod) and ``operations``.
+observation), ``kubelet`` (what the node's kubelet shows: node name, pod logs, the sources of start
+attempts), ``monitor_pod`` (the startup monitor's own static pod), ``operations``, ``retries`` (the
+monitor pod retrying by itself) and ``degraded`` (the Degraded condition and Events on the Node).
 
 Split:
 
@@ -32,11 +34,14 @@ Layout (all paths are parameters; defaults as on an OpenShift node)::
     /etc/kubernetes/static-pod-resources/<operand>-pod-<REV>/<operand>-pod.yaml   revision REV
     /etc/kubernetes/static-pod-resources/<operand>-last-known-good      symlink to a revision manifest
     /var/lock/<operand>-installer.lock                                  installer lock (flock)
-    /var/log/<operand>/termination.log                                  start-attempt log (see below)
+    /var/log/pods/<namespace>_<pod>-<node>_<uid>/<container>/<n>.log   the kubelet's pod logs
 
-Start attempts are observed from the termination log (the enhancement's
+Start attempts are observed from the kubelet's pod logs and the mirror pod, found on the node with
+no option set (``kubelet``: the kubelet whose static pod path is the manifests directory gives the
+node name and the pod logs directory; with no source the monitor refuses), or from a termination
+log when one is given (``termination_log``; the enhancement's
 ``/var/log/kube-apiserver/termination.log``), one JSON object per line, written by whatever starts
-the operand (the kubelet's wrapper on a node, the test harness in ``tests/integration``)::
+the operand (a wrapper on a node, the test harness in ``tests/integration``)::
 
     {"event": "start", "time": 1763712000.5, "revision": 3, "pid": 4242}
     {"event": "exit", "time": 1763712001.2, "revision": 3, "exitCode": 1}
@@ -49,6 +54,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.degraded import (
+    NodeSignal,
+    condition_type,
+    degraded_state,
+    live_annotations,
+    report_until,
+)
+from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.kubelet import (
+    NO_START_ATTEMPT_SOURCE,
+    Sources,
+    default_probe_ca_cert,
+    find_kubelet,
+    require_sources,
+    resolve_sources,
+)
 from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.layout import (
     HAS_YAML,
     YAML_IMPORT_ERROR,
@@ -93,6 +113,11 @@ from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.readin
     parse_start_log,
     retry_policy,
     revisions_to_prune,
+)
+from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.retries import (
+    hand_over,
+    monitor_in_static_pod,
+    pending_retry,
 )
 from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.vocabulary import (
     CRASH_LOOPING,
@@ -152,6 +177,46 @@ def _mirror_reader(params: dict[str, Any]) -> MirrorPodReader | None:
     )
 
 
+def _node_signal(params: dict[str, Any], layout: Layout) -> NodeSignal | None:
+    """The Degraded signal on this node (:mod:`.degraded`) when a client configuration is given
+    (``kubeconfig`` or ``host``) and the kubernetes library is installed; else None."""
+    from ansible_collections.noderemedy.core.plugins.module_utils._kube import HAS_KUBERNETES, get_api_client
+
+    if not HAS_KUBERNETES or not (params.get("kubeconfig") or params.get("host")) or not layout.node_name:
+        return None
+    return NodeSignal(lambda: get_api_client(params), layout.node_name, layout.operand)
+
+
+def _monitor_pod_params(
+    params: dict[str, Any], layout: Layout, sources: Sources, kind: str
+) -> dict[str, Any]:
+    """The module parameters the startup-monitor pod is rendered from: the caller's, with the
+    layout's paths and what was found on the node (the monitor pod does not see the kubelet's
+    process): the node name, the pod logs, the probe CA."""
+    return {
+        **params,
+        "manifests_dir": str(layout.manifests_dir),
+        "resources_dir": str(layout.resources_dir),
+        "lock_file": str(layout.lock_file),
+        "node_name": sources.node_name,
+        "pod_logs_dir": params.get("pod_logs_dir") or sources.pod_logs_dir,
+        "probe_ca_cert": params.get("probe_ca_cert") or default_probe_ca_cert(kind),
+    }
+
+
+def _see_the_kubelet(params: dict[str, Any], layout: Layout, mirror_possible: bool) -> Sources:
+    """Resolve the sources of start attempts (:func:`.kubelet.resolve_sources`: the node name and
+    pod logs of the kubelet that runs ``manifests_dir``), refuse when none works
+    (:func:`.kubelet.require_sources`), and set them on ``layout``."""
+    from pathlib import Path
+
+    sources = resolve_sources(params, mirror_possible)
+    require_sources(sources, layout.operand)
+    layout.node_name = sources.node_name
+    layout.pod_logs_dir = Path(sources.pod_logs_dir) if sources.pod_logs_dir else None
+    return sources
+
+
 def execute(params: dict[str, Any], check_mode: bool = False, storage_versions: Any = None) -> dict[str, Any]:
     """Run ``params["state"]`` with module-style ``params``; the module's whole job.
 
@@ -196,7 +261,7 @@ def execute(params: dict[str, Any], check_mode: bool = False, storage_versions: 
         storage_versions=storage_versions if sv_on else None,
         storage_version_unavailable=params.get("storage_version_unavailable") or "proceed",
         in_static_pod=bool(params.get("in_static_pod")),
-        mirror_pods=_mirror_reader(params) if state == "monitor" else None,
+        mirror_pods=None,
         extra={"lock_timeout": float(params.get("lock_timeout") or DEFAULT_LOCK_TIMEOUT)},
     )
     try:
@@ -209,18 +274,22 @@ def execute(params: dict[str, Any], check_mode: bool = False, storage_versions: 
             field="reason",
             reason="InvalidInput",
         )
+    kind = params.get("probe_kind") or ("etcd" if layout.operand == "etcd" else "kube-apiserver")
+    sources: Sources | None = None
     if state == "retry":
         res = retry(layout, opts)
     elif state == "install":
         spec = params.get("startup_monitor")
         render = None
         if spec is not None:
-            full = {
-                **params,
-                "manifests_dir": str(layout.manifests_dir),
-                "resources_dir": str(layout.resources_dir),
-                "lock_file": str(layout.lock_file),
-            }
+            mirror_possible = (params.get("mirror_pod") or "auto") == "auto" and bool(
+                params.get("kubeconfig") or params.get("host")
+            )
+            sources = resolve_sources(params, mirror_possible)
+            if not params.get("pod_logs_dir"):
+                # a pod_logs_dir given is the caller's word (the monitor pod mounts it, creating it)
+                require_sources(sources, layout.operand)
+            full = _monitor_pod_params(params, layout, sources, kind)
             rev = int(opts.revision or 0)
             # rendered once up front: bad input is refused before the lock is taken
             monitor_pod(full, rev, spec, "kube-system")
@@ -238,18 +307,39 @@ def execute(params: dict[str, Any], check_mode: bool = False, storage_versions: 
     elif state == "fallback":
         res = fallback(layout, opts)
     else:
-        kind = params.get("probe_kind") or ("etcd" if layout.operand == "etcd" else "kube-apiserver")
         prober = HttpProber(
             params.get("probe_url") or default_probe_url(kind),
             kind,
-            params.get("probe_ca_cert"),
+            params.get("probe_ca_cert") or default_probe_ca_cert(kind),
             params.get("probe_client_cert"),
             params.get("probe_client_key"),
             params.get("probe_validate_certs", True) is not False,
             float(params.get("probe_request_timeout") or 2.0),
         )
-        res = run_monitor(layout, opts, prober)
+        opts.mirror_pods = _mirror_reader(params)
+        sources = _see_the_kubelet(params, layout, opts.mirror_pods is not None)
+        signal = None if check_mode else _node_signal(params, layout)
+        spec = params.get("startup_monitor")
+        if spec is not None and not opts.in_static_pod:
+            full = _monitor_pod_params(params, layout, sources, kind)
+            monitor_pod(full, 0, spec, "kube-system")  # bad input refused before anything runs
+        if opts.in_static_pod:
+            res = monitor_in_static_pod(layout, opts, prober, signal=signal)
+        else:
+            res = run_monitor(layout, opts, prober)
+            if spec is not None:
+                rev = int(res["revision"])
+                written = hand_over(layout, opts, rev, lambda ns: monitor_pod(full, rev, spec, ns))
+                if written:
+                    res["changed"] = True
+                    res["files_written"].append(written)
+                    res["retry_handed_over"] = written
+            state_now = degraded_state(layout.operand, res, live_annotations(layout))
+            if signal is not None and state_now is not None:
+                res["degraded"] = report_until(signal, state_now, opts.timeout, opts.interval)
     res["state"] = state
+    if sources is not None:
+        res["start_attempt_sources"] = sources.as_result()
     res.setdefault("reason", "")
     res.setdefault("message", "")
     return res
@@ -275,6 +365,8 @@ __all__ = [
     "LAYOUT_ARGSPEC",
     "Layout",
     "MONITOR_SUFFIX",
+    "NO_START_ATTEMPT_SOURCE",
+    "NodeSignal",
     "MirrorPod",
     "MirrorPodReader",
     "NEVER_STARTED_UP",
@@ -288,6 +380,7 @@ __all__ = [
     "STORAGE_VERSIONS_FILE",
     "STORAGE_VERSION_ARGSPEC",
     "STORAGE_VERSION_SKEW",
+    "Sources",
     "StaticPodError",
     "UNEXPECTED_REVISION",
     "UNHEALTHY",
@@ -295,6 +388,9 @@ __all__ = [
     "annotate_fallback",
     "assess",
     "choose_fallback",
+    "condition_type",
+    "degraded_state",
+    "default_probe_ca_cert",
     "default_probe_url",
     "etcd_direct_check",
     "etcd_flags",
@@ -302,16 +398,22 @@ __all__ = [
     "failed_checks",
     "fallback",
     "final_readiness",
+    "find_kubelet",
+    "hand_over",
     "install",
     "mark_good",
     "mirror_pod_of",
+    "monitor_in_static_pod",
     "monitor_params",
     "monitor_pod",
     "observe",
     "parse_start_log",
+    "pending_retry",
     "prune",
     "retry",
     "retry_policy",
+    "require_sources",
+    "resolve_sources",
     "revisions_to_prune",
     "run_monitor",
     "status",

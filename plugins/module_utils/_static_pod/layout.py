@@ -88,7 +88,7 @@ class Layout:
     manifests_dir: Path
     resources_dir: Path
     lock_file: Path
-    termination_log: Path
+    termination_log: Path | None
     pod_logs_dir: Path | None = None
     node_name: str = ""
 
@@ -105,7 +105,7 @@ class Layout:
         manifests = Path(params.get("manifests_dir") or "/etc/kubernetes/manifests")
         resources = Path(params.get("resources_dir") or "/etc/kubernetes/static-pod-resources")
         lock = Path(params.get("lock_file") or f"/var/lock/{operand}-installer.lock")
-        log = Path(params.get("termination_log") or f"/var/log/{operand}/termination.log")
+        log = Path(params["termination_log"]) if params.get("termination_log") else None
         for name, p in (("manifests_dir", manifests), ("resources_dir", resources)):
             if not p.is_absolute():
                 raise StaticPodError(
@@ -113,13 +113,6 @@ class Layout:
                 )
         pod_logs = params.get("pod_logs_dir")
         node_name = params.get("node_name") or ""
-        if pod_logs and not node_name:
-            raise StaticPodError(
-                "node_name: required with pod_logs_dir (the kubelet names a static pod "
-                "'<metadata.name>-<node name>')",
-                field="node_name",
-                reason="InvalidInput",
-            )
         if pod_logs and not Path(pod_logs).is_absolute():
             raise StaticPodError(
                 f"pod_logs_dir: must be an absolute path, got {pod_logs}",

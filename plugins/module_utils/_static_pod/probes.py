@@ -16,7 +16,7 @@ from typing import Any
 from urllib import error as urlerror
 from urllib.parse import quote
 
-from ansible.module_utils.urls import open_url
+from ansible.module_utils.urls import Request, open_url
 
 from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.layout import (
     Layout,
@@ -66,7 +66,10 @@ class HttpProber:
             cluster-kube-apiserver-operator's startup-monitor readiness) or ``etcd`` (``/livez``,
             ``/readyz``, ``/health``).
         ca_cert / client_cert / client_key: PEM files for TLS; ``validate_certs`` False skips
-            server verification.
+            server verification. On a loopback URL (``localhost``, ``127.0.0.0/8``, ``::1``) the
+            chain is verified against ``ca_cert`` but not the host name: a kubeadm serving
+            certificate names the node's address and ``kubernetes``, not ``localhost``, and the
+            connection does not leave the node.
         request_timeout: seconds per request.
     """
 
@@ -102,6 +105,8 @@ class HttpProber:
                 if not validate_certs:
                     ctx.check_hostname = False
                     ctx.verify_mode = ssl.CERT_NONE
+                elif is_loopback_url(self.base_url):
+                    ctx.check_hostname = False
                 if client_cert:
                     ctx.load_cert_chain(client_cert, client_key)
             except (OSError, ssl.SSLError) as exc:
@@ -114,7 +119,13 @@ class HttpProber:
         """GET ``path``; a Check (never raises for transport errors)."""
         t = self.request_timeout if timeout is None else max(0.1, timeout)
         try:
-            with open_url(self.base_url + path, timeout=t, use_proxy=False, **self._tls) as resp:
+            if self._ctx is not None:
+                opened = Request().open(
+                    "GET", self.base_url + path, timeout=t, use_proxy=False, context=self._ctx
+                )
+            else:
+                opened = open_url(self.base_url + path, timeout=t, use_proxy=False, **self._tls)
+            with opened as resp:
                 body = resp.read(4096).decode(errors="replace")
                 ok = resp.getcode() == 200
                 if self.kind == "etcd" and path == "/health":
@@ -154,8 +165,33 @@ class HttpProber:
                     out["etcd"] = direct
             return out
         out["etcd"] = self.get(etcd_path, tmo())
+        if self.kind == "kube-apiserver" and out["etcd"].status in (401, 403):
+            # anonymous probes (kubeadm: system:public-info-viewer allows /healthz, not /healthz/etcd):
+            # the verbose /healthz lists the etcd check too
+            from_body = etcd_from_healthz(out["healthz"])
+            if from_body is not None:
+                out["etcd"] = from_body
         out["readyz"] = self.get(readyz_path, tmo())
         return out
+
+
+def is_loopback_url(url: str) -> bool:
+    """Whether ``url``'s host is ``localhost``, in ``127.0.0.0/8`` or ``::1``."""
+    m = re.match(r"^https?://(\[[^]]*\]|[^/:]+)", url or "")
+    host = (m.group(1) if m else "").strip("[]").lower()
+    return host in ("localhost", "::1") or bool(re.match(r"^127\.\d+\.\d+\.\d+$", host))
+
+
+def etcd_from_healthz(healthz: Check) -> Check | None:
+    """The kube-apiserver's etcd check as its verbose ``/healthz`` lists it (``[+]etcd ok`` or
+    ``[-]etcd failed``), or None when the body does not list it."""
+    for line in healthz.body.splitlines():
+        line = line.strip()
+        if line.startswith("[+]etcd "):
+            return Check(True, True, 200, line)
+        if line.startswith("[-]etcd "):
+            return Check(False, True, healthz.status, line)
+    return None
 
 
 def etcd_flags(pod: dict) -> dict[str, str]:
@@ -333,18 +369,21 @@ def observe(
     """One observation: start attempts, the HTTP checks and, with ``mirror``, the mirror pod.
 
     Start attempts come from the kubelet's per-container log files when ``layout.pod_logs_dir``
-    is set (:func:`kubelet_start_attempts`), else from the termination log (:func:`parse_start_log`).
+    is set (:func:`kubelet_start_attempts`), else from the termination log when one is given
+    (:func:`parse_start_log`), else only from the mirror pod.
     A mirror pod of the expected revision that has started counts ``restartCount + 1`` attempts
     when that is more (the kubelet's own count), and makes the expected revision the running one.
     """
     if layout.pod_logs_dir is not None:
         attempts, running = _kubelet_observation(layout, expected_revision)
-    else:
+    elif layout.termination_log is not None:
         try:
             text = layout.termination_log.read_text(errors="replace")
         except OSError:
             text = ""
         attempts, running = parse_start_log(text, expected_revision)
+    else:
+        attempts, running = 0, None
     seen: MirrorPod | None = None
     if mirror is not None:
         with contextlib.suppress(StaticPodError, KeyError, TypeError):

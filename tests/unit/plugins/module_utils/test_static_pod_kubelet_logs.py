@@ -74,10 +74,9 @@ def _layout(tmp_path, **extra):
     return Layout.from_params(params)
 
 
-def test_pod_logs_dir_needs_a_node_name_and_an_absolute_path(tmp_path):
-    with pytest.raises(StaticPodError) as err:
-        _layout(tmp_path, node_name="")
-    assert err.value.field == "node_name"
+def test_pod_logs_dir_needs_an_absolute_path(tmp_path):
+    # the node name is no longer required here: the monitor finds it on the node (kubelet.py)
+    assert _layout(tmp_path, node_name="").node_name == ""
     with pytest.raises(StaticPodError) as err:
         _layout(tmp_path, pod_logs_dir="var/log/pods")
     assert err.value.field == "pod_logs_dir"
