@@ -224,7 +224,7 @@ class FakeKube:
         self.writes.append(copy.deepcopy(status))
         return copy.deepcopy(self.obj)
 
-    def event(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
+    def event(self, obj: dict[str, Any], type_: str, reason: str, message: str, once_key: str = "") -> None:
         self.events.append((obj.get("kind", ""), reason, message))
 
 
