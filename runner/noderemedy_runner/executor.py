@@ -9,11 +9,14 @@ only* (DESIGN.md invariant 5): the fencing modules read their Secrets themselves
 (``credentials_secret``). ``suppress_env_files`` keeps ansible-runner from writing ``env/envvars``,
 ``env/extravars`` or ``env/settings``.
 
-Every run has a deadline (``timeout``: ansible-runner kills the process group past it; status
-``timeout``), the number of runs in flight is bounded by :class:`Slots` (lowest priority first, then
+Every run has a deadline (``timeout``: ansible-runner kills the process group past it, and the
+run's detached workers and modules are killed after it, :mod:`noderemedy_runner.run_processes`;
+status ``timeout``), the number of runs in flight is bounded by :class:`Slots` (lowest priority first, then
 first come, first served), each run is started at the added niceness ``run_nice``, and a run is
-canceled when the caller's cancel event is set (the custom resource was deleted; status
-``canceled``). A run whose ident already has complete artifacts is not repeated: its outcome is
+canceled when the caller's cancel event is set (the custom resource was deleted, or the runner
+is stopping; looked at every
+:data:`~noderemedy_runner.run_processes.CANCEL_POLL_SECONDS`, and every process of the run is gone
+when :meth:`Executor.run` returns; status ``canceled``). A run whose ident already has complete artifacts is not repeated: its outcome is
 read back.
 
 The outcome (:class:`RunOutcome`) carries ansible's per-host counts (ok/changed/failed), the
@@ -43,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from noderemedy_runner.machines.actions import FENCE_KINDS, Action, FenceKind, FenceReading
+from noderemedy_runner.run_processes import RUN_MARKER, kill_run_processes, new_token, write_settings
 
 log = logging.getLogger(__name__)
 
@@ -590,6 +594,15 @@ class Executor:
             name,
             extra={"in_flight": in_flight, "priority": priority},
         )
+        token = new_token()
+        write_settings(private)
+
+        def canceled() -> bool:  # at once: the run's detached workers hold its pty open
+            if cancel.is_set():
+                kill_run_processes(token)
+                return True
+            return False
+
         try:
             runner = run_niced(
                 self.run_nice,
@@ -609,19 +622,20 @@ class Executor:
                     }
                 },
                 extravars=extravars,
-                envvars=self.envvars(),
+                envvars={**self.envvars(), RUN_MARKER: token},
                 suppress_env_files=True,
                 rotate_artifacts=self.rotate_artifacts,
                 timeout=max(1, int(round(self.run_deadline))),
-                cancel_callback=cancel.is_set,
+                cancel_callback=canceled,
                 quiet=True,
-                settings={"suppress_ansible_output": True},
             )
+            status = str(runner.status)
+            if status == "timeout":  # the detached workers and modules outlive the killed group
+                kill_run_processes(token)
         finally:
             self.slots.release()
         events = list(runner.events)
         counts, failed, modules = parse_events(events)
-        status = str(runner.status)
         log.info("run %s: %s in %.2f s", run_ident, status, time.monotonic() - started)
         if status == "timeout":
             failed.append(f"deadline: killed after {self.run_deadline:g} s")

@@ -24,7 +24,7 @@ from typing import Any
 from kubernetes import client
 
 from noderemedy_runner.kube.client import api
-from noderemedy_runner.kube.errors import KubeError
+from noderemedy_runner.kube.errors import Conflict, KubeError
 
 log = logging.getLogger("noderemedy_runner.kube.events")
 
@@ -80,9 +80,22 @@ class EventRecorder:
         if asynchronous:
             threading.Thread(target=self._loop, name="events", daemon=True).start()
 
-    def record(self, obj: Mapping[str, Any], type_: str, reason: str, message: str, action: str = "") -> None:
+    def record(
+        self,
+        obj: Mapping[str, Any],
+        type_: str,
+        reason: str,
+        message: str,
+        action: str = "",
+        once_key: str = "",
+    ) -> None:
         """Record an Event on ``obj`` (a whole object or a reference, see :func:`reference`);
-        ``type_`` Normal or Warning. Never raises."""
+        ``type_`` Normal or Warning. Never raises.
+
+        ``once_key`` (a DNS-label-safe string) records the Event at most once for that key: its
+        name is ``<object name>.<once_key>``, and a second create with the same name is refused by
+        the API server (409 AlreadyExists) and dropped, so a runner that died after recording it
+        and its successor record it once between them."""
         if not self.enabled:
             return
         involved = reference(obj)
@@ -92,7 +105,7 @@ class EventRecorder:
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {
-                "name": f"{involved.get('name', 'object')}.{uuid.uuid4().hex[:16]}",
+                "name": f"{involved.get('name', 'object')}.{once_key or uuid.uuid4().hex[:16]}",
                 "namespace": namespace,
             },
             "involvedObject": involved,
@@ -116,6 +129,8 @@ class EventRecorder:
         raw: Any = body  # the client takes a JSON dict as it takes a model
         try:
             self.core.create_namespaced_event(body["metadata"]["namespace"], raw)
+        except Conflict:  # an Event recorded once (``once_key``) is there already
+            log.info("event %s %s: already recorded", body.get("reason"), body["metadata"]["name"])
         except KubeError as exc:
             log.warning("event %s not written: %s", body.get("reason"), exc)
 

@@ -18,7 +18,9 @@ and the minimal wrapper :class:`LeaderElector` adds for them:
   instead of waiting out the lease. It releases only after ``on_stopped`` returned (the work
   stopped, in-flight runs cancelled), never before: a follower must not start while this
   replica still acts. Renewal has ended by then, so a stop slower than the rest of the lease
-  lets a follower in early; the CLI's stop cancels runs at once and joins for at most 35 s.
+  lets a follower in early: the CLI's stop cancels runs at once (about 1 s in the lab) and joins its
+  threads for at most 10 s; when ``on_stopped`` says the work has not stopped by then, the Lease
+  is not released but left to expire.
 * ``electionconfig.Config`` calls ``sys.exit`` on bad timings: the wrapper validates first and
   raises ValueError.
 * A follower takes over ``lease_duration`` seconds after it last *saw the record change*
@@ -107,7 +109,10 @@ class LeaderElector:
             (``lease_duration > renew_deadline > 1.2 * retry_period >= 1.2``). Defaults 15/10/2.
         on_started: called in a thread when this replica becomes leader; it should run until
             :attr:`leading` is cleared.
-        on_stopped: called when leadership ends (clean stop after release, or lost).
+        on_stopped: called when leadership ends (clean stop, or lost), before the Lease is
+            released; it returns whether the work has stopped (None counts as stopped). False
+            keeps the Lease: it expires after ``lease_duration`` instead of being handed over
+            while this replica may still act.
 
     Raises ValueError on bad timings.
     """
@@ -120,7 +125,7 @@ class LeaderElector:
         namespace: str,
         identity: str,
         on_started: Callable[[], None],
-        on_stopped: Callable[[], None] | None = None,
+        on_stopped: Callable[[], bool | None] | None = None,
         lease_duration: int = 15,
         renew_deadline: int = 10,
         retry_period: int = 2,
@@ -145,7 +150,7 @@ class LeaderElector:
         #: set while this replica leads; cleared before ``on_stopped`` runs.
         self.leading = threading.Event()
         self._on_started = on_started
-        self._on_stopped = on_stopped or (lambda: None)
+        self._on_stopped: Callable[[], bool | None] = on_stopped or (lambda: None)
         lock = LeaseLock(name, namespace, identity)  # type: ignore[no-untyped-call]
         # quirk: LeaseLock uses the default configuration and no timeout; it catches ApiException
         lock.api_instance = api(api_client, client.CoordinationV1Api, classify_errors=False)
@@ -181,9 +186,16 @@ class LeaderElector:
             log.error("leader election: %s lost the Lease %s/%s", self.identity, self.namespace, self.name)
         # stop acting first, then give the Lease up: releasing first would let a follower start
         # while this replica's runs are still being cancelled (invariant 2: one active watcher)
-        self._on_stopped()
-        if clean:
+        stopped = self._on_stopped() is not False
+        if clean and stopped:
             self.release()
+        elif clean:
+            log.warning(
+                "leader election: %s keeps the Lease %s/%s until it expires: its work has not stopped",
+                self.identity,
+                self.namespace,
+                self.name,
+            )
         return clean
 
     def release(self) -> bool:

@@ -207,9 +207,12 @@ class KubeIO:
 
         retry.call(write, tries=5, delay=0.05, retry_on={"conflict"})
 
-    def event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
-        """Record an Event on ``obj`` (:class:`~noderemedy_runner.kube.events.EventRecorder`)."""
-        self.events.record(obj, type_, reason, message)
+    def event(
+        self, obj: Mapping[str, Any], type_: str, reason: str, message: str, once_key: str = ""
+    ) -> None:
+        """Record an Event on ``obj`` (:class:`~noderemedy_runner.kube.events.EventRecorder`;
+        ``once_key``: at most once for that key)."""
+        self.events.record(obj, type_, reason, message, once_key=once_key)
 
 
 __all__ = [

@@ -646,11 +646,19 @@ class Detector:
     def run(self, stop: threading.Event, beat: Callable[[], None] | None = None) -> None:
         """Watch and act until ``stop`` is set: a pass after every change, when a period or a
         cooldown runs out, and every ``resync`` seconds. Errors in a pass are logged, counted
-        (``reconcile_errors_total{kind="Detector"}``) and retried after 1 s."""
+        (``reconcile_errors_total{kind="Detector"}``) and retried after 1 s. Returns at once
+        when ``stop`` is set (a pass in progress is finished first)."""
         self.restore_storms()
         if not self.start_watches(stop):
             log.error("node/NodeFence watches did not sync within 60 s; retrying in the background")
         self.ready.set()
+        # a stop wakes the loop at once: the wait below is on changes, and may last ``resync`` s
+
+        def wake_on_stop() -> None:
+            stop.wait()
+            self._dirty.set()
+
+        threading.Thread(target=wake_on_stop, name="detector-stop", daemon=True).start()
         while not stop.is_set():
             if beat is not None:
                 beat()

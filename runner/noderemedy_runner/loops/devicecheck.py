@@ -112,6 +112,7 @@ class DeviceChecker:
         self.health: dict[tuple[str, str], DeviceHealth] = {}
         self.next_check = clock() + min(interval, STARTUP_DELAY)
         self._validated = False
+        self._stop: threading.Event | None = None  # set by run(): cancels a check in flight
         self._configs: dict[str, Any] = {}
 
     def validate(self) -> tuple[dict[str, dict[str, Any]], bool]:
@@ -137,8 +138,12 @@ class DeviceChecker:
         self._configs = dict(result.configs)
         return cms, True
 
-    def check_devices(self, cms: dict[str, dict[str, Any]]) -> tuple[DeviceHealth, ...]:
-        """Read every device once (one playbook run); Events for devices whose health changed."""
+    def check_devices(
+        self, cms: dict[str, dict[str, Any]], cancel: threading.Event | None = None
+    ) -> tuple[DeviceHealth, ...]:
+        """Read every device once (one playbook run); Events for devices whose health changed.
+        ``cancel`` (the runner stopping) ends the run at once; a canceled check changes and
+        reports nothing and returns the health known before it."""
         checks = devices_to_check(self._configs)
         if not checks:
             return ()
@@ -147,8 +152,11 @@ class DeviceChecker:
             kind="FenceDeviceCheck",
             name=self.namespace,
             ident=f"device-check-{int(time.time() * 1000)}",
+            cancel=cancel,
             priority=1_000_000,  # after every remediation's runs
         )
+        if outcome.status == "canceled":
+            return tuple(self.health.values())
         run_error = "" if outcome.modules else f"check run {outcome.status}: {outcome.summary()}"
         results = [(m.ok, m.error, m.msg) for m in outcome.modules]
         found = results_for(checks, results, run_error)
@@ -198,10 +206,12 @@ class DeviceChecker:
         self._validated = True
         if now >= self.next_check and self.executor.in_flight == 0:
             self.next_check = now + self.interval
-            self.check_devices(cms)
+            self.check_devices(cms, self._stop)
 
     def run(self, stop: threading.Event, poll: float = 5.0) -> None:
-        """Loop until ``stop``: :meth:`once` every ``poll`` seconds (API errors logged, retried)."""
+        """Loop until ``stop``: :meth:`once` every ``poll`` seconds (API errors logged, retried).
+        A check run in flight when ``stop`` is set is canceled."""
+        self._stop = stop
         while not stop.is_set():
             try:
                 self.once()

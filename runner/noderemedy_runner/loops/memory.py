@@ -48,6 +48,9 @@ class InMemory:
     power_refused: bool = False
     notes: list[str] = field(default_factory=list)
     remedy_result: PodRemedyResult | None = None
+    #: the release of this flow (``restarts``) is recorded (its Event written, or its absence of
+    #: evidence raised); None: not yet looked at by this process
+    release_recorded: int | None = None
 
     def evidence_for(self, action: Action) -> dict[str, Any] | None:
         """The fence evidence that licenses ``action`` (a ``taint_out_of_service``), or None.
@@ -90,16 +93,33 @@ def out_of_service_tainted(node: Mapping[str, Any] | None) -> bool:
 
 
 def taint_event(
-    kube: KubeIO, obj: Mapping[str, Any], node: str, type_: str, reason: str, message: str
+    kube: KubeIO,
+    obj: Mapping[str, Any],
+    node: str,
+    type_: str,
+    reason: str,
+    message: str,
+    once_key: str = "",
 ) -> None:
     """Record an out-of-service taint Event (added, removed, refused, failed) on the custom
     resource ``obj`` and on Node ``node`` too (an Event on the Node for each transition and
     refusal), so ``kubectl describe node`` shows why its pods went away. Best effort, as
-    :meth:`KubeIO.event`."""
-    kube.event(obj, type_, reason, message)
+    :meth:`KubeIO.event`. ``once_key``: each of the two at most once for that key
+    (:func:`release_key`)."""
+    kube.event(obj, type_, reason, message, once_key=once_key)
     node_obj = kube.get_node(node) if node else None
     if node_obj is not None:
-        kube.event({**node_obj, "apiVersion": "v1", "kind": "Node"}, type_, reason, message)
+        kube.event(
+            {**node_obj, "apiVersion": "v1", "kind": "Node"}, type_, reason, message, once_key=once_key
+        )
+
+
+def release_key(obj: Mapping[str, Any], reason: str, restarts: int) -> str:
+    """The once-key of a release Event (:func:`taint_event`) of custom resource ``obj``: one per
+    ``reason``, object uid and flow (``restarts``), so the live run, a replay and a successor that
+    adopts the release record it once between them."""
+    uid = str(meta_of(obj).get("uid", "")).replace("-", "")[:12] or "nouid"
+    return f"{reason.lower()}-{uid}-r{restarts}"
 
 
 class Reconciler:
@@ -153,6 +173,7 @@ class Reconciler:
         held: InMemory,
         cancel: threading.Event,
         fence_evidence: Mapping[str, Any] | None = None,
+        flow: int | None = None,
     ) -> bool:
         """Perform a ``taint_out_of_service`` / ``untaint_out_of_service`` action for custom
         resource ``obj`` (``out_of_service_taint.yml``); True when the run succeeded.
@@ -162,6 +183,8 @@ class Reconciler:
         (:meth:`InMemory.evidence_for`; without it nothing runs and False is returned: safety
         invariant 1). A failed add forgets the reading, so the fence is read again before another
         try. Every outcome is an Event on ``obj`` and on Node ``node`` (:func:`taint_event`).
+        ``flow`` (a NodeFence's ``status.restarts``): the added taint's Event is recorded once per
+        flow (:func:`release_key`), and :attr:`InMemory.release_recorded` says so.
         """
         meta = meta_of(obj)
         name = str(meta.get("name"))
@@ -190,7 +213,10 @@ class Reconciler:
             else:
                 what = f"out-of-service taint removed from node {node}"
             reason = "OutOfServiceTaintAdded" if add else "OutOfServiceTaintRemoved"
-            taint_event(self.kube, obj, node, "Normal", reason, what)
+            once = release_key(obj, reason, flow) if add and flow is not None else ""
+            taint_event(self.kube, obj, node, "Normal", reason, what, once_key=once)
+            if add and flow is not None:
+                held.release_recorded = flow
             return True
         if add:
             held.reading, held.evidence = None, None  # read the fence again before another try
@@ -207,5 +233,6 @@ __all__ = [
     "created_at",
     "meta_of",
     "out_of_service_tainted",
+    "release_key",
     "taint_event",
 ]

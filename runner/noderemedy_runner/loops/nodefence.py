@@ -49,6 +49,7 @@ from noderemedy_runner.kube.resources import (
     KubeIO,
     ready_condition,
 )
+from noderemedy_runner.loops.adopt import needs_record, record_adopted_release
 from noderemedy_runner.loops.deletion import AGAIN, NodeFenceDeletion, deleted_at
 from noderemedy_runner.loops.interop import release_medik8s_lease, start_holds, take_medik8s_lease
 from noderemedy_runner.loops.memory import (
@@ -58,6 +59,7 @@ from noderemedy_runner.loops.memory import (
     created_at,
     meta_of,
     out_of_service_tainted,
+    release_key,
     taint_event,
 )
 from noderemedy_runner.loops.release import ReleaseLedger, observe_left, observe_stale
@@ -86,6 +88,7 @@ from noderemedy_runner.machines.nodefence import (
     decide,
     is_terminal,
     new_level_outcomes,
+    verify_fence_action,
 )
 from noderemedy_runner.machines.remedies import (
     CHAIN_ANNOTATION,
@@ -275,6 +278,11 @@ class NodeFenceReconciler(Reconciler):
             if not ready and since is None:
                 since = created_at(obj, now)
             taint = out_of_service_tainted(node_obj)
+            if needs_record(status, held, taint) and not _annotated(meta, CONFIRM_DOWN_ANNOTATION):
+                if not self._record_adopted(  # a release whose runner died before recording it
+                    obj, node, status, held, config, chain, cancel, now
+                ):
+                    return None
             # safe return: what the release left on the node, looked at before recovery may start
             left = (
                 observe_left(self.kube, node, status.start_time)
@@ -496,14 +504,11 @@ class NodeFenceReconciler(Reconciler):
         release = outcome.release
         if release is not None and release.added:
             kind = reading.kind if reading is not None else "fence"
-            taint_event(
-                self.kube,
-                obj,
-                node,
-                "Normal",
-                "OutOfServiceTaintAdded",
-                f"out-of-service taint added to node {node} ({kind} verified in run {ident})",
-            )
+            restarts = NodeFenceStatus.from_dict(obj.get("status")).restarts
+            added = f"out-of-service taint added to node {node} ({kind} verified in run {ident})"
+            key = release_key(obj, "OutOfServiceTaintAdded", restarts)
+            taint_event(self.kube, obj, node, "Normal", "OutOfServiceTaintAdded", added, once_key=key)
+            held.release_recorded = restarts
         elif release is not None and release.fenced_storage:
             shown = ", ".join(release.deleted_pods[:5]) + (" ..." if len(release.deleted_pods) > 5 else "")
             taint_event(
@@ -522,6 +527,20 @@ class NodeFenceReconciler(Reconciler):
             )
         return True
 
+    def _record_adopted(self, obj: dict[str, Any], node: str, status: NodeFenceStatus, held: InMemory,
+                        config: FenceConfig, chain: tuple[ChainRemedy, ...], cancel: threading.Event,
+                        now: float) -> bool:  # fmt: skip
+        """Record a release whose runner died (:mod:`~noderemedy_runner.loops.adopt`); False when canceled."""
+        executor = self._flow_executor(chain)
+        action = verify_fence_action(str(meta_of(obj).get("name")), config, status)
+
+        def verify() -> bool:
+            return not isinstance(executor, str) and self._run_fence(
+                obj, node, action, held, cancel, executor
+            )
+
+        return record_adopted_release(self.kube, obj, node, status, held, now, verify, cancel)
+
     def _run_event(self, obj: Mapping[str, Any], action: Action, outcome: RunOutcome, what: str) -> None:
         if outcome.succeeded:
             self.kube.event(obj, "Normal", "FenceAgentSucceeded", f"{what}: {outcome.summary()}")
@@ -533,8 +552,9 @@ class NodeFenceReconciler(Reconciler):
         self, obj: dict[str, Any], node: str, action: Action, held: InMemory, cancel: threading.Event
     ) -> bool:
         fence = action.fence
+        restarts = NodeFenceStatus.from_dict(obj.get("status")).restarts
         if action.kind != "taint_out_of_service" or fence is None or fence.kind != "admin_confirmed":
-            return self.run_taint(obj, node, action, held, cancel)
+            return self.run_taint(obj, node, action, held, cancel, flow=restarts)
         # the admin's own verified fence (stonith_admin --confirm): recorded as such, first
         name = str(meta_of(obj).get("name"))
         taint_event(
@@ -549,7 +569,7 @@ class NodeFenceReconciler(Reconciler):
             "target": f"annotation {CONFIRM_DOWN_ANNOTATION} on NodeFence {name}",
             "verified_at": fence.observed_at,
         }
-        return self.run_taint(obj, node, action, held, cancel, fence_evidence=evidence)
+        return self.run_taint(obj, node, action, held, cancel, fence_evidence=evidence, flow=restarts)
 
 
 def _resting(status: NodeFenceStatus, policy: NodeFencePolicy) -> bool:

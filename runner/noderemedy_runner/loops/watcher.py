@@ -324,12 +324,15 @@ class Watcher:
     def run(self, stop: threading.Event) -> None:
         """Reconcile until ``stop`` is set: a full :meth:`poll` every ``poll_interval`` seconds, and
         at once when a watch reports a NodeFence or Metal3Remediation change. Then cancel in-flight
-        runs and wait for the workers (at most 30 s)."""
+        runs (the device check's too) and wait for the workers and the device check (at most
+        30 s; a canceled run ends within a second, its processes killed)."""
         wake = threading.Event()
+        checker: threading.Thread | None = None
         if self.device_checker is not None:  # Pacemaker-style monitor of every fence device
-            threading.Thread(
+            checker = threading.Thread(
                 target=self.device_checker.run, args=(stop,), name="device-check", daemon=True
-            ).start()
+            )
+            checker.start()
         for crd in (NODEFENCE, METAL3REMEDIATION):
             informer = self._informer(crd, wake)
             threading.Thread(target=informer.run, args=(stop,), name=f"watch-{crd[2]}", daemon=True).start()
@@ -344,6 +347,6 @@ class Watcher:
         for worker in self._workers.values():
             worker.cancel.set()
         deadline = time.monotonic() + 30
-        for worker in self._workers.values():
-            if worker.thread is not None:
-                worker.thread.join(max(0.0, deadline - time.monotonic()))
+        threads = [w.thread for w in self._workers.values() if w.thread is not None]
+        for thread in [*threads, *([checker] if checker is not None else [])]:
+            thread.join(max(0.0, deadline - time.monotonic()))

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import threading
+import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,7 @@ from noderemedy_runner.executor import (
     release_from_events,
 )
 from noderemedy_runner.machines.actions import Action, ActionError
+from noderemedy_runner.run_processes import RUN_SETTINGS
 
 
 def ev(kind: str, **data: object) -> dict:
@@ -171,11 +174,9 @@ def test_successful_run_counts_and_suppressed_env_files(tmp_path: Path, playbook
     private = tmp_path / "runs" / "nodefence" / "_cluster_nf"
     assert (private / "artifacts" / "nf-r0-isolation-a0" / "status").read_text() == "successful"
     env = private / "env"
-    assert (
-        not (env / "extravars").exists()
-        and not (env / "envvars").exists()
-        and not (env / "settings").exists()
-    )
+    assert not (env / "extravars").exists() and not (env / "envvars").exists()
+    # the only env file: ansible-runner's settings (the cancel poll), no reference, no secret
+    assert json.loads((env / "settings").read_text()) == RUN_SETTINGS
 
 
 def test_failed_run_reports_the_failed_task_message(tmp_path: Path, playbooks: Path) -> None:
@@ -223,6 +224,42 @@ def test_cancel_stops_the_run(tmp_path: Path, playbooks: Path) -> None:
     finally:
         timer.cancel()
     assert out.status == "canceled"
+
+
+def _pids_running(argv: list[str]) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and (entry / "cmdline").read_bytes().split(b"\0")[:-1] == [
+                a.encode() for a in argv
+            ]:
+                out.append(int(entry.name))
+        except OSError:
+            continue
+    return out
+
+
+def test_a_canceled_run_leaves_no_process_behind(tmp_path: Path, playbooks: Path) -> None:
+    """The task's process runs under an ansible worker that left the playbook's process group
+    (setsid): killing that group, as ansible-runner does, would leave it running. Canceled once
+    the task's process is there; when run() returns, it is gone."""
+    seconds = f"61.{uuid.uuid4().int % 10**6}"  # a command line no other process has
+    cancel = threading.Event()
+
+    def cancel_when_started() -> None:
+        deadline = time.monotonic() + 120
+        while not _pids_running(["sleep", seconds]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        cancel.set()
+
+    watcher = threading.Thread(target=cancel_when_started, daemon=True)
+    watcher.start()
+    out = Executor(tmp_path, playbooks, run_deadline=120).run(
+        action("sleep.yml", "c-2", seconds=seconds), kind="NodeFence", name="nf", cancel=cancel
+    )
+    watcher.join()
+    assert out.status == "canceled"
+    assert _pids_running(["sleep", seconds]) == []
 
 
 def test_a_canceled_run_is_replayed_after_a_restart_not_recovered(tmp_path: Path, playbooks: Path) -> None:

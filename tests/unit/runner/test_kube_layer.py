@@ -234,7 +234,7 @@ class FakeKube:
         self.obj["metadata"]["resourceVersion"] = str(int(self.obj["metadata"]["resourceVersion"]) + 1)
         return copy.deepcopy(self.obj)
 
-    def event(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
+    def event(self, obj: dict[str, Any], type_: str, reason: str, message: str, once_key: str = "") -> None:
         self.events.append((obj.get("kind", ""), reason, message))
 
 
