@@ -94,9 +94,17 @@ def _go() -> str:
     return go
 
 
-def _run(argv: list[str], cwd: Path, log: Path, component: str, progress: Callable[[str], None]) -> None:
-    """Run a go command, streaming a one-line progress summary; ComponentError with the log tail on failure."""
-    env = dict(os.environ)
+def _run(
+    argv: list[str],
+    cwd: Path,
+    log: Path,
+    component: str,
+    progress: Callable[[str], None],
+    env_extra: dict[str, str] | None = None,
+) -> None:
+    """Run a go command (``env_extra`` added to its environment), saying every 15 s how long it
+    has run, in one line naming ``component``; ComponentError with the log tail on failure."""
+    env = {**os.environ, **(env_extra or {})}
     env.setdefault("GOFLAGS", "-mod=mod")
     env["GOFLAGS"] = env["GOFLAGS"] if "-mod=" in env["GOFLAGS"] else env["GOFLAGS"] + " -mod=mod"
     env.setdefault("CGO_ENABLED", "0")
@@ -206,21 +214,14 @@ def _go_install(
     work = cache_dir() / "src"
     work.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=work) as tmp:
-        env_gobin = os.environ.get("GOBIN")
-        os.environ["GOBIN"] = tmp
-        try:
-            _run(
-                [_go(), "install", "-trimpath", "-ldflags", "-s -w", f"{module_pkg}@v{version}"],
-                work,
-                log,
-                f"{name} v{version}",
-                progress,
-            )
-        finally:
-            if env_gobin is None:
-                os.environ.pop("GOBIN", None)
-            else:
-                os.environ["GOBIN"] = env_gobin
+        _run(
+            [_go(), "install", "-trimpath", "-ldflags", "-s -w", f"{module_pkg}@v{version}"],
+            work,
+            log,
+            f"{name} v{version}",
+            progress,
+            env_extra={"GOBIN": tmp},  # its own: other builds run beside it (ensure_binaries)
+        )
         built = Path(tmp) / Path(module_pkg).name
         if not built.is_file():
             candidates = list(Path(tmp).iterdir())
@@ -290,41 +291,68 @@ def build_vcsim(progress: Callable[[str], None]) -> None:
         os.replace(Path(tmp) / "vcsim-lab", dest / "vcsim-lab")
 
 
-def ensure_binaries(progress: Callable[[str], None] | None = None, node: bool = True) -> dict[str, Path]:
+def ensure_binaries(
+    progress: Callable[[str], None] | None = None, node: bool = True, vcsim: bool = True
+) -> dict[str, Path]:
     """Build whatever lab binary is missing and return name -> path for all of them.
 
     ``node``: also the real nodes' kubelet and kube-proxy (False: a kwok-only lab does not wait
-    for them; they are then absent from the result if not built).
+    for them; they are then absent from the result if not built). ``vcsim``: also the vCenter
+    simulator (False: the demo and a lab without the vSphere peer do without it).
 
-    ``progress`` receives human-readable lines (default: print to stderr). The first build takes
-    several minutes on 2 cores (the control plane is a large Go program); later calls return at once.
-    Raises ComponentError naming the component whose build failed.
+    The builds run side by side, each in its own thread: Kubernetes (the control plane and, in the
+    same ``go build``, the node's commands, which share most packages), kwok, etcd and vcsim. On
+    2 cores the Kubernetes build takes most of the CPU; the others spend much of their time
+    fetching modules, which then overlaps it. Each says how long it has run every 15 s, in one
+    line naming it (``progress``, default: stderr). The first build takes several minutes on 2
+    cores; later calls return at once. Raises ComponentError naming the component whose build
+    failed (the first one, once every build has ended).
     """
+    from concurrent.futures import ThreadPoolExecutor
+
     say = progress or (lambda line: print(line, file=sys.stderr, flush=True))
-    todo = missing(node)
-    if any(name in todo for name in KUBE_COMMANDS):
-        say(
-            f"building Kubernetes v{KUBERNETES_VERSION} from the Go module proxy (first time: several minutes)"
-        )
-        build_kubernetes(say)
-    node_todo = tuple(name for name in NODE_COMMANDS if name in todo)
-    if node_todo:
-        what = " and ".join(node_todo)
-        say(f"building the real nodes' {what} v{KUBERNETES_VERSION} (first time: ~4 min)")
-        try:
-            build_kubernetes(say, node_todo)
-        except ComponentError as exc:
-            raise ComponentError(f"build {what}", str(exc)) from exc
+    wanted = [n for n in binary_paths() if (node or n not in NODE_COMMANDS) and (vcsim or n != "vcsim")]
+    todo = [n for n in missing(node) if n in wanted]
+    jobs: list[tuple[str, Callable[[], None]]] = []
+    kube_todo = tuple(n for n in KUBE_COMMANDS + NODE_COMMANDS if n in todo)
+    if kube_todo:
+
+        def kube() -> None:
+            try:
+                build_kubernetes(say, kube_todo)
+            except ComponentError as exc:
+                if set(kube_todo) <= set(NODE_COMMANDS):  # only the node's: name them
+                    raise ComponentError(f"build {' and '.join(kube_todo)}", str(exc)) from exc
+                raise
+
+        jobs.append((f"kubernetes ({', '.join(kube_todo)})", kube))
     if "kwok" in todo:
-        say(f"building kwok v{KWOK_VERSION}")
-        _go_install("sigs.k8s.io/kwok/cmd/kwok", KWOK_VERSION, _bin_dirs()["kwok"], "kwok", say)
+        jobs.append(
+            (
+                "kwok",
+                lambda: _go_install(
+                    "sigs.k8s.io/kwok/cmd/kwok", KWOK_VERSION, _bin_dirs()["kwok"], "kwok", say
+                ),
+            )
+        )
     if "etcd" in todo:
-        say(f"building etcd v{ETCD_VERSION}")
-        build_etcd(say)
+        jobs.append(("etcd", lambda: build_etcd(say)))
     if "vcsim" in todo:
-        say(f"building the vCenter simulator (govmomi v{GOVMOMI_VERSION})")
-        build_vcsim(say)
-    still = missing(node)
+        jobs.append(("vcsim", lambda: build_vcsim(say)))
+    if jobs:
+        say(
+            f"building from the Go module proxy, side by side: {', '.join(n for n, _ in jobs)} "
+            f"(Kubernetes v{KUBERNETES_VERSION}: about 5 min on 2 cores the first time)"
+        )
+        with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+            futures = [(name, pool.submit(job)) for name, job in jobs]
+        for name, fut in futures:
+            exc = fut.exception()
+            if isinstance(exc, ComponentError):
+                raise exc
+            if exc is not None:
+                raise ComponentError(f"build {name}", str(exc)) from exc
+    still = [n for n in missing(node) if n in wanted]
     if still:
         raise ComponentError("build", f"binaries still missing after build: {', '.join(still)}")
     return {name: path for name, path in binary_paths().items() if path.is_file()}

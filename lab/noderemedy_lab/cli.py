@@ -1,6 +1,7 @@
 """``noderemedy-lab``: start, inspect and stop the embedded lab.
 
-    noderemedy-lab build                 build/cache the control plane binaries and the snmpsim venv
+    noderemedy-lab build [--demo]        build/cache the control plane binaries and the snmpsim venv
+                                         (--demo: only what the demo needs, no vCenter simulator)
     noderemedy-lab up [--nodes N] [--real-nodes N] ...
                                          start the lab in the background; prints where it is
     noderemedy-lab power NODE on|off     power a node on/off through its BMC (ipmitool)
@@ -68,7 +69,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     from .images import ensure_node_images
 
     t0 = time.monotonic()
-    paths = ensure_binaries()
+    paths = ensure_binaries(vcsim=not args.demo)
     venv = ensure_simvenv()
     images = ensure_node_images(print)
     for name, path in sorted(paths.items()):
@@ -121,7 +122,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         from .build import ensure_binaries
 
         try:
-            ensure_binaries(node=cfg.real_nodes > 0)
+            ensure_binaries(node=cfg.real_nodes > 0, vcsim="vsphere" in cfg.peers)
         except ComponentError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
@@ -314,7 +315,9 @@ def parser() -> argparse.ArgumentParser:
             help="real nodes (kubelet + containerd), each with a BMC (0..20)",
         )
 
-    sub.add_parser("build", help="build/cache the control plane binaries").set_defaults(func=cmd_build)
+    build = sub.add_parser("build", help="build/cache the control plane binaries")
+    build.add_argument("--demo", action="store_true", help="only what the demo needs (no vCenter simulator)")
+    build.set_defaults(func=cmd_build)
     up = sub.add_parser("up", help="start the lab in the background")
     lab_opts(up)
     up.set_defaults(func=cmd_up)

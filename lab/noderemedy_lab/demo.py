@@ -27,8 +27,12 @@ Exit status 0 only if every step of both scenarios happened (each within ``--tim
 and no write overlapped; the figures go to ``bench/results/e2e.json``: ``cases`` (the power cut's
 timeline: ``case``, ``seconds``) and ``scenarios`` (``power_cut``, ``partition``: ``node``,
 ``pod_running_elsewhere_s``, ``overlapping_writes``, ``old_writer_last_s``,
-``new_writer_first_s``, ``timeline``). Nothing here fakes a step: each milestone is read from the
-API server, the device peers' own state or the shared file.
+``new_writer_first_s``, ``timeline``, and what the pictures are drawn from: ``trace``, every
+change of the node's power, Ready, NodeFence step, FC port and taint, ``trace_end_s``, and
+``writers``, the spans of the old and new writers' lines; :mod:`noderemedy_lab.timeline`); the
+pictures go to ``build/demo/timeline-<scenario>.png`` and ``.svg`` (``--results``,
+``--pictures``). Nothing here fakes a step: each milestone is read from the API server, the device
+peers' own state or the shared file.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ from .config import LabConfig
 from .lab import Lab
 from .procs import ComponentError
 from .realnode import SHARED_MOUNT
+from .timeline import Recorder, render, writer_spans
 from .workload import failover_figures, prefer_node, uptime, writer_statefulset, writes
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,6 +61,9 @@ NAMESPACE = "noderemedy-system"  # the runner's own (deploy/namespace.yaml)
 APP_NAMESPACE = "demo"
 OVERLAY = ROOT / "lab" / "deploy"
 IMAGE_INFO = ROOT / "build" / "image" / "image.json"
+RESULTS = ROOT / "bench" / "results" / "e2e.json"
+PICTURES = ROOT / "build" / "demo"
+TITLES = {"power_cut": "Power cut", "partition": "Network partition"}
 LOG_NAME = "demo.log"
 
 
@@ -300,6 +308,19 @@ class Watch:
         }
 
 
+def lanes(snap: dict) -> dict:
+    """One :meth:`Watch.refresh` snapshot as the timeline's lanes (:data:`~.timeline.LANES`)."""
+    fence = snap["fence"]
+    step = " ".join(str(x) for x in (fence.get("step"), fence.get("status")) if x)
+    return {
+        "power": {"0": "off", "1": "on"}.get(snap["power"] or ""),
+        "ready": snap["ready"],
+        "nodefence": (step or "New") if snap["fence_exists"] else None,
+        "fc_port": {1: "up", 2: "down"}.get(snap["fc_admin"]),
+        "taint": OUT_OF_SERVICE in snap["taints"],
+    }
+
+
 def milestones(node: str, old_uid: str) -> list[tuple[str, str, Callable[[dict, dict], bool]]]:
     """(case, what is printed, predicate(snapshot, seen)) in the order the story is told."""
     return [
@@ -379,6 +400,8 @@ def scenario(lab: Lab, kind: str, timeout: float) -> dict:
     old_fence = _json(lab, "get", "nodefences.remediation.noderemedy.io", victim)
     watch = Watch(lab, victim, (old_fence or {}).get("metadata", {}).get("uid"))
     _say(f"-- web-0 ({old[:8]}) writing on {victim}; the runner's leader is on {leader}")
+    recorder = Recorder()
+    before, t_before = watch.refresh(), time.monotonic()
     if kind == "power_cut":
         _say(f"== power cut: {victim} powered off through its BMC (ipmitool -C 3 chassis power off)")
         lab.power_off(victim)
@@ -388,6 +411,7 @@ def scenario(lab: Lab, kind: str, timeout: float) -> dict:
         lab.partition(victim)
         heal = victim
     t_fail, t0 = uptime(), time.monotonic()
+    recorder.observe(t_before - t0, lanes(before))
     todo = milestones(victim, old)
     seen: dict[str, float] = {}
     last_fence = None
@@ -395,6 +419,7 @@ def scenario(lab: Lab, kind: str, timeout: float) -> dict:
     while todo and time.monotonic() < t0 + timeout:
         snap = watch.refresh()
         now = time.monotonic() - t0
+        recorder.observe(now, lanes(snap))
         if heal and snap["power"] == "0":
             lab.heal(heal)  # the fence's power cycle brings the link back, as a reboot does
             heal = None
@@ -421,6 +446,9 @@ def scenario(lab: Lab, kind: str, timeout: float) -> dict:
     lines = writes(shared)
     fig = failover_figures(lines, old, new, t_fail, victim, running_elsewhere or uptime())
     fig["timeline"] = seen
+    fig["trace"] = recorder.to_dict()
+    fig["trace_end_s"] = round(time.monotonic() - t0, 2)
+    fig["writers"] = {"old": writer_spans(lines[old], t_fail), "new": writer_spans(lines[new], t_fail)}
     _say(
         f"-- shared storage: old writer's last line {fig['old_writer_last_s']:.1f} s, new writer's first "
         f"{fig['new_writer_first_s']:.1f} s after the failure; {fig['overlapping_writes']} overlapping writes"
@@ -485,17 +513,29 @@ def run(args: argparse.Namespace) -> int:
         return 1
     finally:
         if figures:
-            write_results(figures, cfg, args.period)
+            write_results(figures, cfg, args.period, Path(args.results))
+            write_pictures(figures, Path(args.pictures))
         if args.keep:
             _say(f"-- lab left running (--keep); stop it with: noderemedy-lab --workdir {cfg.workdir} down")
         else:
             lab.stop()
 
 
-def write_results(figures: dict[str, dict], cfg: LabConfig, period: int) -> None:
-    """``bench/results/e2e.json``: the power cut's timeline as ``cases`` and every scenario's
-    figures under ``scenarios``."""
-    out = ROOT / "bench" / "results" / "e2e.json"
+def write_pictures(figures: dict[str, dict], out_dir: Path) -> list[Path]:
+    """``<out_dir>/timeline-<scenario>.png`` and ``.svg`` of every scenario recorded
+    (:func:`~.timeline.render`); returns the paths written."""
+    paths = []
+    for kind, fig in figures.items():
+        title = f"{TITLES.get(kind, kind)} of {fig['node']}"
+        paths += render(fig, title, out_dir / f"timeline-{kind}")
+    _say(f"-- timeline pictures: {', '.join(str(p) for p in paths)}")
+    return paths
+
+
+def write_results(figures: dict[str, dict], cfg: LabConfig, period: int, out: Path = RESULTS) -> None:
+    """``out`` (``bench/results/e2e.json``): the power cut's timeline as ``cases`` and every
+    scenario's figures under ``scenarios`` (with the recorded ``trace`` and ``writers`` the
+    timeline pictures are drawn from)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     timeline = figures.get("power_cut", {}).get("timeline", {})
     doc = {
@@ -537,6 +577,10 @@ def main(argv: list[str] | None = None) -> int:
         help="seconds allowed from a failure to its NodeFence Final (default %(default)s)",
     )
     p.add_argument("--keep", action="store_true", help="leave the lab running at the end")
+    p.add_argument("--results", default=str(RESULTS), help="the figures' JSON (default %(default)s)")
+    p.add_argument(
+        "--pictures", default=str(PICTURES), help="where the timeline pictures go (default %(default)s)"
+    )
     return run(p.parse_args(argv))
 
 

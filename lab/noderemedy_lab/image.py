@@ -136,11 +136,51 @@ def ensure_base(debs: list[str], say: Callable[[str], None], mirror: str) -> Pat
     return tarball
 
 
+def inputs_key(base: Path, ee: dict, wheel: Path, tarball: Path) -> str:
+    """SHA-256 (hex) of everything that goes into the image: the base tarball's name (it carries
+    its own key), the execution environment's tag and pip list, the requirements file, the pip
+    constraints, and the names and bytes of every member of the runner wheel and the collection
+    tarball (not their timestamps: a rebuilt wheel of the same checkout gives the same key)."""
+    import zipfile
+
+    h = hashlib.sha256()
+    for part in (
+        base.name,
+        ee["tag"],
+        "\n".join(ee["pip"]),
+        ee["requirements"].read_text(),
+        pinned_versions(),
+    ):
+        h.update(part.encode() + b"\0")
+    with zipfile.ZipFile(wheel) as zf:
+        for name in sorted(zf.namelist()):
+            h.update(name.encode() + b"\0" + zf.read(name) + b"\0")
+    with tarfile.open(tarball) as tar:
+        for member in sorted(tar.getmembers(), key=lambda m: m.name):
+            f = tar.extractfile(member) if member.isfile() else None
+            h.update(member.name.encode() + b"\0" + (f.read() if f else b"") + b"\0")
+    return h.hexdigest()
+
+
+def _reusable(out_dir: Path, key: str) -> dict | None:
+    """The last build's ``image.json`` when it was built from ``key`` and its archive is still there
+    whole (same size); None otherwise."""
+    try:
+        last = json.loads((out_dir / "image.json").read_text())
+        ok = last.get("inputs") == key and Path(last["archive"]).stat().st_size == last["size_bytes"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return last if ok else None
+
+
 def build(ee_file: Path, dist: Path, out_dir: Path, progress: Callable[[str], None] | None = None) -> dict:
-    """Build the image; returns ``{"image", "archive", "size_bytes", "build_s", "base_s"}``.
+    """Build the image; returns ``{"image", "archive", "size_bytes", "build_s", "base_s", "inputs",
+    "reused"}``.
 
     ``dist`` holds the runner wheel (``noderemedy-*.whl``) and the collection tarball
-    (``noderemedy-core-*.tar.gz``). ComponentError (component ``image``) naming the failed step.
+    (``noderemedy-core-*.tar.gz``). When ``out_dir`` holds an image built from the same inputs
+    (:func:`inputs_key`), it is reused as it is (``reused``: true; ``build_s`` of that build).
+    ComponentError (component ``image``) naming the failed step.
     """
     say = progress or (lambda line: print(line, file=sys.stderr, flush=True))
     ee = read_ee(ee_file)
@@ -155,6 +195,11 @@ def build(ee_file: Path, dist: Path, out_dir: Path, progress: Callable[[str], No
     t0 = time.monotonic()
     base = ensure_base(ee["debs"], say, mirror)
     base_s = time.monotonic() - t0
+    key = inputs_key(base, ee, wheels[0], tarballs[0])
+    last = _reusable(out_dir, key)
+    if last is not None:
+        say(f"  same inputs as the last build ({key[:12]}): {Path(last['archive']).name} reused")
+        return {**last, "reused": True}
     out_dir.mkdir(parents=True, exist_ok=True)
     archive = out_dir / f"{image.rsplit('/', 1)[1].replace(':', '-')}.oci.tar"
     with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
@@ -250,6 +295,8 @@ def build(ee_file: Path, dist: Path, out_dir: Path, progress: Callable[[str], No
         "size_bytes": archive.stat().st_size,
         "build_s": round(time.monotonic() - t0, 1),
         "base_s": round(base_s, 1),
+        "inputs": key,
+        "reused": False,
     }
     (out_dir / "image.json").write_text(json.dumps(result, indent=1))
     return result
@@ -266,9 +313,10 @@ def main(argv: list[str] | None = None) -> int:
     except (ComponentError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    how = "reused, built before in" if result.get("reused") else "built in"
     print(
         f"image {result['image']}: {result['archive']} "
-        f"({result['size_bytes'] / 2**20:.0f} MiB, built in {result['build_s']:.0f} s)"
+        f"({result['size_bytes'] / 2**20:.0f} MiB, {how} {result['build_s']:.0f} s)"
     )
     return 0
 

@@ -99,7 +99,7 @@ class Lab:
         if cfg.kube:
             from .build import ensure_binaries
 
-            binaries = ensure_binaries(say, node=bool(real_names))
+            binaries = ensure_binaries(say, node=bool(real_names), vcsim="vsphere" in cfg.peers)
             self._binaries = binaries
         self.supervisor = sup = Supervisor(cfg.workdir / "logs")
         t0 = time.monotonic()

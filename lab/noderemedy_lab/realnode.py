@@ -133,7 +133,8 @@ def remove_cgroup(rel: str, keep_self: bool = False) -> list[str]:
         base = hier / rel.strip("/")
         if not base.exists():
             continue
-        dirs = sorted((p for p in base.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts))
+        # os.walk, not rglob: a cgroup the kubelet removes meanwhile is skipped, not an error
+        dirs = [Path(d) for d, _subdirs, _files in os.walk(base, topdown=False) if Path(d) != base]
         if not keep_self:
             dirs.append(base)
         for d in dirs:

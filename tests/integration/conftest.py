@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
 #: workers), longest first. pytest-xdist's ``--dist loadfile`` hands files out in collection order,
 #: so these go first: the longest file then starts at once instead of last and finishing alone.
 LONGEST_FIRST = [
+    "test_demo.py",  # 406 s (the image fixture's ./dev image, then the whole demo)
     "test_runner_e2e.py",  # 395 s
     "test_molecule.py",  # 281 s
     "test_node_drain.py",  # 153 s

@@ -33,6 +33,7 @@ from test_runner_e2e import (  # noqa: F401 - fixtures are used by name
     FenceNamespace,
     conds,
     dead,
+    events_with,
     fence_config,
     fence_ns,
     get_nf,
@@ -42,7 +43,7 @@ from test_runner_e2e import (  # noqa: F401 - fixtures are used by name
 )
 
 from noderemedy_lab.config import POWER_LABEL
-from noderemedy_runner.machines.nodefence import CONFIRM_MISSING_NODE_ANNOTATION
+from noderemedy_runner.machines.nodefence import CONFIRM_MISSING_NODE_ANNOTATION, NODE_NOT_FOUND
 
 pytestmark = [pytest.mark.lab, pytest.mark.kube]
 
@@ -238,6 +239,12 @@ def test_a_missing_node_or_a_config_naming_another_node_touches_no_device(
         )
         assert cond_gone["status"] == "False" and missing in cond_gone["message"]
         assert CONFIRM_MISSING_NODE_ANNOTATION in cond_gone["message"]
+        # the refusal is said as every other is: a Warning Event beside the condition, once
+        # (what `kubectl get events` lists; Events of a cluster-scoped NodeFence are in default)
+        gone_obj = get_nf(co, gone)
+        warned = [e for e in events_with(api, gone_obj, NODE_NOT_FOUND) if e.reason == NODE_NOT_FOUND]
+        assert [e.type for e in warned] == ["Warning"], warned
+        assert missing in warned[0].message and CONFIRM_MISSING_NODE_ANNOTATION in warned[0].message
         assert cond_wrong["status"] == "False"
         assert (
             f"fence-config-{DEAD}" in cond_wrong["message"]

@@ -76,6 +76,7 @@ from noderemedy_runner.machines.nodefence import (
     CONFIRM_MISSING_NODE_ANNOTATION,
     FENCED_STORAGE_RELEASED,
     HOLD_REASONS,
+    NODE_NOT_FOUND,
     RELEASE_RATE_LIMITED,
     STOP_ANNOTATION,
     WAITING_FOR_DETACH,
@@ -422,6 +423,11 @@ class NodeFenceReconciler(Reconciler):
             cond = find_condition(new.conditions, "Processing")
             self.kube.event(
                 obj, REMEDY_EVENTS[action.reason], action.reason, cond.message if cond else action.reason
+            )
+        if action.reason == NODE_NOT_FOUND:  # a refusal, like every other: a Warning beside it
+            cond = find_condition(new.conditions, "Processing")
+            self.kube.event(
+                obj, "Warning", NODE_NOT_FOUND, cond.message if cond is not None else NODE_NOT_FOUND
             )
         if action.reason in HOLD_REASONS:  # a guard holds the start of a step: say why
             cond = find_condition(new.conditions, "Processing")

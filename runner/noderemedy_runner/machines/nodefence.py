@@ -137,6 +137,8 @@ CONFIRM_DOWN_ANNOTATION = "remediation.noderemedy.io/confirm-node-down"
 STOPPED = "StoppedByAdmin"
 #: Seconds between looks at a NodeFence whose node does not exist.
 NODE_NOT_FOUND_RECHECK_SECONDS = 10.0
+#: ``Processing=False`` reason (and Warning Event) of a NodeFence whose Node does not exist.
+NODE_NOT_FOUND = "NodeNotFound"
 
 _STEP_SLUG: dict[str, str] = {
     "Isolation": "isolation",
@@ -838,7 +840,7 @@ def _decide(
             f"annotation {CONFIRM_MISSING_NODE_ANNOTATION}=true confirms fencing a machine without a Node"
         )
         if processing is None or processing.reason != "NodeNotFound" or processing.message != message:
-            return _write(_cond(s, PROCESSING, "False", "NodeNotFound", message, now), "NodeNotFound")
+            return _write(_cond(s, PROCESSING, "False", NODE_NOT_FOUND, message, now), NODE_NOT_FOUND)
         return act.wait(NODE_NOT_FOUND_RECHECK_SECONDS, "NodeNotFound")
     if obs.node_exists and processing is not None and processing.reason == "NodeNotFound":
         new = _cond(s, PROCESSING, "True", "NodeFound", f"node {node} exists again", now)
