@@ -275,13 +275,14 @@ class NodeFenceReconciler(Reconciler):
                 and (ready or status.step == "Recovery")  # when the machine asks for it
                 else None
             )
-            # safe return after a storage-only release: what the kubelet still runs of it
+            # safe return after a storage-only release: what the kubelet still runs of it, looked
+            # at once the node is healthy (when the machine asks: Ready, and the threshold cleared)
             released = find_condition(status.conditions, WORKLOADS_RELEASED)
             health = judge(node_obj, threshold) if threshold is not None else None
             stale = (
                 observe_stale(self.kube, node)
                 if not taint
-                and ready
+                and (ready if health is None else health.healthy)
                 and status.status == "Done"
                 and status.current_run is None
                 and released is not None

@@ -162,3 +162,17 @@ def test_release_on_a_ready_node_only_for_other_conditions_than_ready() -> None:
     assert RELEASE_READY_NODE not in with_ready_node_release(step, None).extravars
     no_release = Action(kind="run_step", playbook="fence_step.yml", extravars={"node": NODE})
     assert RELEASE_READY_NODE not in with_ready_node_release(no_release, DISK).extravars
+
+
+def test_the_crd_carries_spec_threshold_as_the_detector_writes_it() -> None:
+    from test_crd_files import load, schema
+
+    from noderemedy_runner.config.remedy import CONDITION_STATUSES
+    from noderemedy_runner.machines.threshold import _CONDITION_TYPE
+
+    spec = schema(load("remediation.noderemedy.io_nodefences.yaml"))["properties"]["spec"]
+    props = spec["properties"]["threshold"]["properties"]
+    assert set(props) == set(threshold_spec(DISK))
+    assert tuple(props["statuses"]["items"]["enum"]) == CONDITION_STATUSES
+    assert props["conditionType"]["pattern"] == _CONDITION_TYPE.pattern
+    assert spec["required"] == ["node"]  # a NodeFence made by hand needs no threshold
