@@ -3,9 +3,9 @@
 kwok's node-heartbeat Stage rewrites every condition kwok knows (Ready, MemoryPressure,
 DiskPressure, PIDPressure, NetworkUnavailable) to its healthy default on each heartbeat (every
 ``node_heartbeat_seconds`` plus jitter), so a ``DiskPressure=True`` written by a test would last a
-few seconds. :func:`hold` annotates the node with
-:data:`~noderemedy_lab.config.HOLD_CONDITIONS_ANNOTATION`, which the lab's node-heartbeat Stage
-excludes (:func:`noderemedy_lab.kube.node_stages`): the status heartbeat stops, kwok's node Lease
+few seconds (and node-initialize turns a Ready=False back to True). :func:`hold` annotates the
+node with :data:`~noderemedy_lab.config.HOLD_CONDITIONS_ANNOTATION`, which the lab's node Stages
+exclude (:func:`noderemedy_lab.kube.node_stages`): the status heartbeat stops, kwok's node Lease
 renewals go on, and the node lifecycle controller keeps the node Ready on those (the Lease is the
 heartbeat it reads). The conditions then stay as :func:`set_conditions` writes them, as a kubelet's
 eviction manager or node-problem-detector would write them. :func:`release` removes the
