@@ -84,6 +84,10 @@ BMC_PORT_OFFSET = 100
 #: Most real nodes one lab runs (each costs ~200 MiB and a share of 2 cores).
 MAX_REAL_NODES = 20
 
+#: Annotation on a kwok node that stops kwok's node Stages for it (its node Lease goes on,
+#: so it stays Ready): the conditions a test sets (DiskPressure, KernelDeadlock...) then stay as set
+#: instead of being reset to kwok's defaults on the next heartbeat (:mod:`noderemedy_lab.conditions`).
+HOLD_CONDITIONS_ANNOTATION = "lab.noderemedy.io/hold-conditions"
 #: Label the lab's BMC power hook sets on a node: kwok manages (heartbeats) only nodes whose label
 #: is not "off", so a powered-off node stops heartbeating and the real node lifecycle controller
 #: turns it NotReady.

@@ -20,7 +20,7 @@ from pathlib import Path
 import yaml
 
 from . import pki
-from .config import POWER_LABEL, LabConfig
+from .config import HOLD_CONDITIONS_ANNOTATION, POWER_LABEL, LabConfig
 from .procs import ComponentError, Supervisor, require_port_free, tcp_listening
 
 #: Controllers the lab's kube-controller-manager runs ("*" = every default-on controller, which
@@ -40,11 +40,18 @@ def node_stages(heartbeat_seconds: float = 20.0) -> list[dict]:
     label in the Stage's selector the result of that PATCH (label ``off``) matches no Stage and the
     loop ends. A heartbeat already scheduled when the power goes off still plays once (kwok checks
     the selector when it schedules, not when it plays), so node-heartbeat's delay is
-    ``heartbeat_seconds`` plus a jitter of 1.25 times it (:attr:`LabConfig.node_heartbeat_seconds`)."""
+    ``heartbeat_seconds`` plus a jitter of 1.25 times it (:attr:`LabConfig.node_heartbeat_seconds`).
+    Neither Stage is played on a node annotated
+    :data:`~noderemedy_lab.config.HOLD_CONDITIONS_ANNOTATION` (:mod:`noderemedy_lab.conditions`):
+    its status stays as a test writes it, Ready=False included (node-initialize would turn it
+    True again)."""
     path = Path(str(resources.files("noderemedy_lab") / "data" / "kwok-node-stages.yaml"))
     stages = [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
     for stage in stages:
         stage["spec"].setdefault("selector", {}).setdefault("matchLabels", {})[POWER_LABEL] = "on"
+        stage["spec"]["selector"].setdefault("matchExpressions", []).append(
+            {"key": f'.metadata.annotations["{HOLD_CONDITIONS_ANNOTATION}"]', "operator": "DoesNotExist"}
+        )
         if stage["metadata"]["name"] == "node-heartbeat":
             stage["spec"]["delay"] = {
                 "durationMilliseconds": int(heartbeat_seconds * 1000),

@@ -89,6 +89,7 @@ TAINT_ARGSPEC: dict[str, dict[str, Any]] = {
             "fc": {"type": "bool"},
         },
     },
+    "release_ready_node": {"type": "bool", "default": False},
     "wait": {"type": "bool", "default": False},
     "wait_timeout": {"type": "int", "default": 300},
 }
@@ -575,8 +576,9 @@ def _release_fenced_storage(
 ) -> dict[str, Any]:
     """:func:`run_node_taint` on the evidence of a storage-only fence (module docs): the
     out-of-service taint is not added (the other taints are); after the same guard (node NotReady,
-    valid evidence), with ``force_delete_pods`` only the pods on ``fenced_storage`` are
-    force-deleted. ``released: fenced_storage``, ``deleted_pods`` and ``kept_pods`` in the result.
+    unless ``release_ready_node``: a storage fence stops what the node reaches through the fenced
+    ports whether its kubelet runs or not; valid evidence), with ``force_delete_pods`` only the
+    pods on ``fenced_storage`` are force-deleted. ``released: fenced_storage``, ``deleted_pods`` and ``kept_pods`` in the result.
     Raises KubeError ``invalid`` when ``fenced_storage`` names no storage."""
     fenced_storage = [
         {k: v for k, v in m.items() if v not in (None, "", False)} for m in params.get("fenced_storage") or []
@@ -590,7 +592,8 @@ def _release_fenced_storage(
             "the pods whose volumes are behind the fenced ports, so name that storage",
             "invalid",
         )
-    check_node_not_ready(nt.get_node())
+    if not params.get("release_ready_node"):
+        check_node_not_ready(nt.get_node())
     out["fence"] = validate_fence_evidence(evidence, max_age, nt.wall())
     others = [t for t in taints if not is_out_of_service(t)]
     if others:

@@ -127,6 +127,15 @@ options:
         description:
           - The in-tree Fibre Channel volume source (C(spec.fc) of the PersistentVolume).
         type: bool
+  release_ready_node:
+    description:
+      - With storage-only O(fence_evidence) (method V(fc)), release the pods on O(fenced_storage) also
+        when the node is Ready. A storage fence stops everything the node reaches through the fenced
+        ports whether its kubelet runs or not; this is for a node that is unhealthy by another
+        condition than Ready (for example V(DiskPressure), or node-problem-detector's V(KernelDeadlock)).
+      - Never for the out-of-service taint, which stays for a NotReady node (KEP-2268).
+    type: bool
+    default: false
   wait:
     description:
       - After adding the out-of-service taint, wait until the node's pods (those not tolerating the

@@ -324,3 +324,70 @@ def test_a_storage_only_fence_releases_the_pods_on_fenced_storage_and_never_tain
         assert not [t for t in taints(lab_kube, DEAD) if t["key"] == OOS["key"]], "tainted on a storage fence"
     finally:
         run_playbook([fc_task(lab_kube, DEAD, "enabled")])
+
+
+def test_release_ready_node_lets_a_storage_fence_release_on_a_ready_node_never_taint(
+    lab_kube, namespace, run_playbook, tmp_path
+):
+    """lab-node-0 stays Ready (a threshold on another condition than Ready, e.g. DiskPressure, made
+    its NodeFence); its FC port disabled and read back: without ``release_ready_node`` node_taint
+    refuses (Ready is True); with it, it force-deletes the pod on the fenced storage, keeps the
+    other, never taints. The out-of-service taint on a Ready node stays refused with it too."""
+    ns, kc = namespace, lab_kube.kubeconfig
+
+    def bare(name: str, volumes: list[dict]) -> dict:
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {
+                "nodeName": READY,
+                "containers": [{"name": name, "image": f"registry.invalid/{name}:1"}],
+                "volumes": volumes,
+            },
+        }
+
+    apply(lab_kube, tmp_path, bare("db", [{"name": "san", "hostPath": {"path": "/mnt/san/db"}}]))
+    apply(lab_kube, tmp_path, bare("cache", [{"name": "tmp", "emptyDir": {}}]))
+
+    def on_node() -> dict[str, str]:
+        items = kjson(lab_kube, "get", "pods", "-n", ns, "--field-selector", f"spec.nodeName={READY}")[
+            "items"
+        ]
+        return {p["metadata"]["name"]: p["metadata"]["uid"] for p in items}
+
+    before = wait_for(lambda: (p := on_node()) and {"db", "cache"} <= set(p) and p, 60, "both pods bound")
+    san = [{"host_path": "/mnt/san"}]
+    try:
+        fenced = run_playbook([fc_task(lab_kube, READY, "disabled")]).task("fc")
+        assert not fenced.get("failed") and fenced["fence"]["verified"] is True, fenced
+        opts = {
+            "taints": [OOS],
+            "force_delete_pods": True,
+            "fence_evidence": fenced["fence"],
+            "fenced_storage": san,
+        }
+        refused = run_playbook([taint_task("oos", READY, kc, **opts)]).task("oos")
+        assert refused["failed"] and f"node {READY}: Ready is True" in refused["msg"], refused
+        assert on_node() == before
+        res = run_playbook([taint_task("oos", READY, kc, release_ready_node=True, **opts)]).task("oos")
+        assert not res.get("failed"), res
+        assert res["released"] == "fenced_storage" and res["added"] == [], res
+        assert res["deleted_pods"] == [f"{ns}/db"] and res["kept_pods"] == [f"{ns}/cache"], res
+        assert set(on_node()) == {"cache"}
+        assert not [t for t in taints(lab_kube, READY) if t["key"] == OOS["key"]], (
+            "tainted on a storage fence"
+        )
+        power = {
+            "verified": True,
+            "method": "ipmi",
+            "state": "off",
+            "target": "bmc",
+            "verified_at": fenced["fence"]["verified_at"],
+        }
+        power_opts = {"taints": [OOS], "fence_evidence": power, "release_ready_node": True}
+        still = run_playbook([taint_task("oos", READY, kc, **power_opts)]).task("oos")
+        assert still["failed"] and f"node {READY}: Ready is True" in still["msg"], still
+        assert not [t for t in taints(lab_kube, READY) if t["key"] == OOS["key"]]
+    finally:
+        run_playbook([fc_task(lab_kube, READY, "enabled")])

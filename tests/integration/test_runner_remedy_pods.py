@@ -188,8 +188,9 @@ def test_a_refused_template_and_a_missing_image_fail_their_remedies_once(
 ) -> None:
     node = kwok_down
     remedies = "  remedy1: [{name: bad-spec, period: 60s}]\n  remedy2: [{name: no-image, period: 60s}]"
-    # a container name the API server refuses (not a DNS label), and an image no node has
-    refused = pod_template("bad-spec").replace("      - name: bad-spec", "      - name: Bad_Name")
+    # a PodSpec value the API server refuses (the loader checks names, images, env, labels and
+    # volumes, and passes the rest of the PodSpec on as written), and an image no node has
+    refused = pod_template("bad-spec").replace("    spec:\n", "    spec:\n      dnsPolicy: Sometimes\n", 1)
     configs = refused + pod_template("no-image", image="noderemedy.local/does-not-exist:lab")
     r = runner_for(lab_real, fence_ns, tmp_path, configuration(node, remedies, configs))
     try:
@@ -206,7 +207,9 @@ def test_a_refused_template_and_a_missing_image_fail_their_remedies_once(
     assert "no-image" in conds["Succeeded"]["message"], conds["Succeeded"]
     assert "ErrImageNeverPull" in conds["Succeeded"]["message"], conds["Succeeded"]
     failed = [m for reason, m in reasons(api, name) if reason == "RemedyFailed"]
-    assert len(failed) == 1 and "bad-spec" in failed[0] and "Invalid" in failed[0], failed
+    assert len(failed) == 1 and "bad-spec" in failed[0] and '"Sometimes"' in failed[0], (
+        failed
+    )  # the API's word
     # once each: the refused Job was never created, the other created once (then deleted: it could
     # not start); and nothing is tried again
     created = [line["msg"] for line in r.logged(r"^remedy .*: Job .* (created|adopted)$")]

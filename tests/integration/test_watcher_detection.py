@@ -65,7 +65,8 @@ def test_powered_off_node_gets_one_nodefence_after_the_period_then_cancel(
     fences = wait_for(lambda: nodefences(api) or None, PERIOD + 30, "a NodeFence")
     assert list(fences) == [node]
     nf = fences[node]
-    assert nf["spec"] == {"node": node}
+    threshold = {"conditionType": "Ready", "statuses": ["False", "Unknown"], "periodSeconds": float(PERIOD)}
+    assert nf["spec"] == {"node": node, "threshold": threshold}  # the NodeFence is judged by it
     ann = nf["metadata"]["annotations"]
     assert ann["remediation.noderemedy.io/threshold"] == f"Ready in {{False,Unknown}} for {PERIOD}s"
     assert ann["remediation.noderemedy.io/configuration"] == "lab"

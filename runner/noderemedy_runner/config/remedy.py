@@ -32,14 +32,18 @@ Remedies (the seed's ``remedyConfigs``; escalation as NodeHealthCheck's
     remedyConfigs:
     - name: repair                   # a remedy named in remedyN
       podTemplate:                   # a PodTemplateSpec: run as a Job, the node in $NODEREMEDY_NODE
-        spec: {containers: [{name: repair, image: IMAGE:VERSION}]}
+        spec: {containers: [{name: repair, image: IMAGE:VERSION,
+                             env: [secret-key],                  # seed shorthand: $SECRET_KEY
+                             configmaps: [fence-method-config]}]} # seed shorthand: a mounted volume
+      secretName: repair-credentials # the Secret of the env shorthand (default remedy-<name>)
     - name: terminate
       executor: job                  # no podTemplate: the fence flow, its runs here as Jobs
 
 A remedy whose name has a ``podTemplate`` runs that template as a Job
 (:func:`noderemedy_runner.jobs.remedy_job_manifest`); every other name is the fence flow of
 ``fence-config-<node>``, its runs in the runner's process or as Jobs (``executor``; default: the
-runner's ``--executor``). The remedies of ``remedy1``, ``remedy2``, ... run in that order (the
+runner's ``--executor``). The seed's container shorthand (``env`` as Secret keys, ``configmaps``)
+is expanded at load time (:mod:`noderemedy_runner.config.podtemplate`). The remedies of ``remedy1``, ``remedy2``, ... run in that order (the
 items of one list too), each given its ``period`` to make the node healthy before the next starts
 (:mod:`noderemedy_runner.machines.remedies`). The fence flow ends the chain (it fences, releases
 and recovers the node, with its own retries), so a remedy after it is refused.
@@ -59,6 +63,12 @@ from typing import Any
 
 import yaml
 
+from noderemedy_runner.config.podtemplate import (
+    MAX_REMEDY_NAME,
+    PodTemplateError,
+    check_secret_name,
+    pod_template,
+)
 from noderemedy_runner.machines.metal3 import (
     LabelSelector,
     Metal3Error,
@@ -92,7 +102,7 @@ _TOP_FIELDS = {
 _THRESHOLD_FIELDS = {"nodeConditionType", "nodeConditionStatus", "nodeConditionPeriod", "recovery", "remedy"}
 _REMEDY_KEY_RE = re.compile(r"^remedy(\d+)?$")
 _REMEDY_FIELDS = {"name", "period", "clean-resources", "clean-resourece"}  # the seed's spelling too
-_REMEDY_CONFIG_FIELDS = {"name", "podTemplate", "executor"}
+_REMEDY_CONFIG_FIELDS = {"name", "podTemplate", "executor", "secretName"}
 _STORM_FIELDS = {"maxUnhealthy", "minHealthy", "unhealthyRange", "cooldown", "enabled"}
 _RANGE_RE = re.compile(r"^\[(\d+)-(\d+)\]$")
 _PERCENT_RE = re.compile(r"^(\d+)%$")
@@ -424,40 +434,6 @@ def _threshold(data: Any, where: str) -> Threshold:
     return Threshold(ctype, statuses, period, remedies or ((Remedy(DEFAULT_REMEDY),),), recovery)
 
 
-def _pod_template(value: Any, where: str) -> str:
-    """A PodTemplateSpec's shape (``metadata`` a map, ``spec.containers`` a non-empty list of maps
-    with a ``name`` and an ``image``), as canonical JSON. What the shape allows may still be refused
-    by the API server when the Job is created: the NodeFence then says so, naming the remedy."""
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"{where}: a PodTemplateSpec (a map with spec.containers)")
-    unknown = sorted(set(map(str, value)) - {"metadata", "spec"})
-    if unknown:
-        raise ConfigError(f"{where}: unknown fields {unknown} (a PodTemplateSpec has metadata and spec)")
-    if not isinstance(value.get("metadata") or {}, Mapping):
-        raise ConfigError(f"{where}.metadata: a map")
-    spec = value.get("spec")
-    if not isinstance(spec, Mapping):
-        raise ConfigError(f"{where}.spec: required, a PodSpec (a map with containers)")
-    containers = spec.get("containers")
-    if not isinstance(containers, list) or not containers:
-        raise ConfigError(f"{where}.spec.containers: a non-empty list of containers")
-    for i, c in enumerate(containers):
-        if not isinstance(c, Mapping):
-            raise ConfigError(f"{where}.spec.containers[{i}]: a container is a map with name and image")
-        for key in ("name", "image"):
-            if not isinstance(c.get(key), str) or not c.get(key):
-                raise ConfigError(f"{where}.spec.containers[{i}].{key}: required, a string")
-    if spec.get("restartPolicy", "Never") != "Never":
-        raise ConfigError(
-            f"{where}.spec.restartPolicy: {spec.get('restartPolicy')!r}; a remedy pod runs once (Never): "
-            "retries belong to the escalation"
-        )
-    try:
-        return json.dumps(value, sort_keys=True)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{where}: not JSON-able ({exc})") from exc
-
-
 def _remedy_configs(value: Any, where: str) -> tuple[RemedyConfig, ...]:
     """The seed's ``remedyConfigs``: a list of ``{name, podTemplate}`` or ``{name, executor}``."""
     if value is None:
@@ -471,10 +447,14 @@ def _remedy_configs(value: Any, where: str) -> tuple[RemedyConfig, ...]:
             raise ConfigError(f"{at}: a map with name and podTemplate or executor")
         unknown = sorted(set(map(str, item)) - _REMEDY_CONFIG_FIELDS)
         if unknown:
-            raise ConfigError(f"{at}: unknown fields {unknown} (allowed: executor, name, podTemplate)")
+            raise ConfigError(
+                f"{at}: unknown fields {unknown} (allowed: executor, name, podTemplate, secretName)"
+            )
         name = item.get("name")
-        if not isinstance(name, str) or not _NAME_RE.match(name):
-            raise ConfigError(f"{at}.name: {name!r} is not a lowercase name like 'repair'")
+        if not isinstance(name, str) or not _NAME_RE.match(name) or len(name) > MAX_REMEDY_NAME:
+            raise ConfigError(
+                f"{at}.name: {name!r} is not a lowercase name like 'repair' (at most {MAX_REMEDY_NAME} characters)"
+            )
         if any(r.name == name for r in out):
             raise ConfigError(f"{at}.name: {name!r} used twice")
         executor = item.get("executor")
@@ -486,7 +466,17 @@ def _remedy_configs(value: Any, where: str) -> tuple[RemedyConfig, ...]:
                 raise ConfigError(
                     f"{at}.executor: a podTemplate remedy always runs as a Job; executor is for the fence flow"
                 )
-            template = _pod_template(item["podTemplate"], f"{at}.podTemplate")
+            try:
+                secret = (
+                    check_secret_name(item["secretName"], f"{at}.secretName")
+                    if "secretName" in item
+                    else None
+                )
+                template = pod_template(item["podTemplate"], f"{at}.podTemplate", name, secret)
+            except PodTemplateError as exc:
+                raise ConfigError(str(exc)) from exc
+        elif "secretName" in item:
+            raise ConfigError(f"{at}.secretName: only for a podTemplate (the Secret of its env shorthand)")
         out.append(RemedyConfig(name, template, executor))
     return tuple(out)
 

@@ -5,7 +5,8 @@ write Events and the storm guard's status.
 What it writes (all decided by the pure :mod:`~noderemedy_runner.machines.detection` and
 :mod:`~noderemedy_runner.machines.storm`):
 
-* **NodeFence** ``<node>`` (cluster-scoped, ``spec: {node}`` as the CRD demands), labelled
+* **NodeFence** ``<node>`` (cluster-scoped, ``spec: {node, threshold}``: the threshold that matched,
+  by which the NodeFence judges the node healthy again, :mod:`noderemedy_runner.machines.threshold`), labelled
   ``app.kubernetes.io/managed-by=noderemedy-runner`` and annotated with the Configuration, the
   threshold that matched, the remedy names and when the node became unhealthy. Before creating
   it the detector takes the node's Lease (:class:`~noderemedy_runner.kube.leases.NodeLeases`); it
@@ -64,6 +65,7 @@ from noderemedy_runner.machines.nodefence import (
 )
 from noderemedy_runner.machines.remedies import CHAIN_ANNOTATION
 from noderemedy_runner.machines.storm import StormState
+from noderemedy_runner.machines.threshold import THRESHOLD_FIELD, threshold_spec
 from noderemedy_runner.metrics import Metrics
 
 log = logging.getLogger("noderemedy_runner.loops.detector")
@@ -500,7 +502,7 @@ class Detector:
                         ANNOTATION_PREFIX + "detected-by": self.identity,
                     },
                 },
-                "spec": {"node": node.name},
+                "spec": {"node": node.name, **({THRESHOLD_FIELD: threshold_spec(th)} if th else {})},
             }
             try:
                 created: Any = self.custom.create_cluster_custom_object(GROUP, VERSION, PLURAL, body)

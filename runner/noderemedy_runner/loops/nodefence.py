@@ -64,6 +64,7 @@ from noderemedy_runner.loops.memory import (
 )
 from noderemedy_runner.loops.release import ReleaseLedger, observe_left, observe_stale
 from noderemedy_runner.loops.remedies import PodRemedies
+from noderemedy_runner.loops.thresholds import THRESHOLD_INVALID, with_ready_node_release
 from noderemedy_runner.machines.actions import (
     Action,
     FenceReading,
@@ -103,6 +104,7 @@ from noderemedy_runner.machines.remedies import (
     PodRemedyResult,
     parse_chain,
 )
+from noderemedy_runner.machines.threshold import ThresholdError, judge, threshold_from_spec
 from noderemedy_runner.observer import Observer
 
 log = logging.getLogger(__name__)
@@ -267,11 +269,15 @@ class NodeFenceReconciler(Reconciler):
             try:
                 config = load_fence_config(self.kube, self.namespace, node, self.cloud)
                 chain = parse_chain((meta.get("annotations") or {}).get(CHAIN_ANNOTATION))
+                threshold = threshold_from_spec(obj.get("spec"))
             except FenceConfigError as err:
                 self._config_error(obj, FENCE_CONFIG_INVALID, str(err))
                 return ERROR_REQUEUE_SECONDS
             except ChainError as err:
                 self._config_error(obj, REMEDY_CHAIN_INVALID, str(err))
+                return ERROR_REQUEUE_SECONDS
+            except ThresholdError as err:
+                self._config_error(obj, THRESHOLD_INVALID, str(err))
                 return ERROR_REQUEUE_SECONDS
             now = self.clock()
             node_obj = self.kube.get_node(node)
@@ -293,12 +299,14 @@ class NodeFenceReconciler(Reconciler):
                 and (ready or status.step == "Recovery")  # when the machine asks for it
                 else None
             )
-            # safe return after a storage-only release: what the kubelet still runs of it
+            # safe return after a storage-only release: what the kubelet still runs of it, looked
+            # at once the node is healthy (when the machine asks: Ready, and the threshold cleared)
             released = find_condition(status.conditions, WORKLOADS_RELEASED)
+            health = judge(node_obj, threshold) if threshold is not None else None
             stale = (
                 observe_stale(self.kube, node)
                 if not taint
-                and ready
+                and (ready if health is None else health.healthy)
                 and status.status == "Done"
                 and status.current_run is None
                 and released is not None
@@ -321,6 +329,8 @@ class NodeFenceReconciler(Reconciler):
                 left_on_node=left,
                 stale_on_node=stale,
                 remedy_result=held.remedy_result,
+                healthy=health.healthy if health is not None else None,
+                unhealthy_since=health.unhealthy_since if health is not None else None,
             )
             action = decide(name, status, obs, config, self.policy, self.namespace, chain)
             if not self.dry_run and (
@@ -374,6 +384,7 @@ class NodeFenceReconciler(Reconciler):
                 held.remedy_result = result
                 continue
             if action.kind in ("run_step", "verify_fence"):
+                action = with_ready_node_release(action, threshold)
                 executor = self._flow_executor(chain)
                 if isinstance(executor, str):
                     self._config_error(obj, EXECUTOR_UNAVAILABLE, executor)

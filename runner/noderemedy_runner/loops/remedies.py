@@ -8,8 +8,8 @@ read from the NodeFence: who may create a NodeFence may not choose what runs. Th
 after a restart, so a runner killed during a remedy adopts the Job instead of starting a second
 one), and its end is read back from the Job's conditions and its pod's container states: a
 Complete Job is a remedy that succeeded; a failed pod, the deadline (the remedy's period), an image
-that cannot be pulled or a template the API server refuses are a remedy that failed, with the
-reason. A pod remedy takes a run slot of the reconciler's executor (``--max-concurrent-runs``).
+that cannot be pulled, a template that cannot be rendered into a Job or that the API server
+refuses are a remedy that failed, with the reason (never an exception that stalls the loop). A pod remedy takes a run slot of the reconciler's executor (``--max-concurrent-runs``).
 """
 
 from __future__ import annotations
@@ -88,16 +88,24 @@ class PodRemedies:
         owner = (
             {"apiVersion": OWNER_KINDS[kind], "kind": kind, "metadata": meta} if kind in OWNER_KINDS else None
         )
-        body = remedy_job_manifest(
-            name=jname,
-            namespace=self.jobs.namespace,
-            node=node,
-            remedy=remedy,
-            template=found,
-            pod=self.pod,
-            deadline=float(deadline) if deadline else self.run_deadline,
-            owner=owner,
-        )
+        try:
+            body = remedy_job_manifest(
+                name=jname,
+                namespace=self.jobs.namespace,
+                node=node,
+                remedy=remedy,
+                template=found,
+                pod=self.pod,
+                deadline=float(deadline) if deadline else self.run_deadline,
+                owner=owner,
+            )
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            # a template the configuration let through that still cannot be rendered: this remedy
+            # fails (condition, Event, escalation); the loop goes on for this node and the others
+            log.warning("remedy %s: its Job cannot be rendered: %r", remedy, exc)
+            return PodRemedyResult(
+                jname, False, message=f"remedy {remedy}: its Job cannot be rendered: {exc!r}"
+            )
         if not executor.slots.acquire(0, cancel):
             return None
         try:

@@ -395,7 +395,10 @@ class NodeFenceObservations:
     still runs that the API no longer has (:func:`~noderemedy_runner.machines.release.stale_pods`),
     looked at while the node is Ready; None: not looked at (recovery then waits).
     ``remedy_result``: how the current pod remedy's Job ended, when known
-    (:mod:`noderemedy_runner.machines.remedies`)."""
+    (:mod:`noderemedy_runner.machines.remedies`). ``healthy``/``unhealthy_since``: the node judged
+    by the threshold the NodeFence records (:func:`noderemedy_runner.machines.threshold.judge`);
+    None: it records none, and "healthy" is Ready (:attr:`node_healthy`, :attr:`unhealthy_from`).
+    ``node_ready`` stays what the safety rules look at (taint, release, return)."""
 
     node: str
     now: float
@@ -414,6 +417,19 @@ class NodeFenceObservations:
     release_hold: RateHold | None = None
     stale_on_node: tuple[str, ...] | None = None
     remedy_result: PodRemedyResult | None = None
+    healthy: bool | None = None
+    unhealthy_since: float | None = None
+
+    @property
+    def node_healthy(self) -> bool:
+        """Whether the node is healthy: by the recorded threshold, else Ready."""
+        return self.node_ready if self.healthy is None else self.healthy
+
+    @property
+    def unhealthy_from(self) -> float | None:
+        """Since when the node is unhealthy (seconds; the grace period counts from it): by the
+        recorded threshold, else ``not_ready_since``."""
+        return self.not_ready_since if self.healthy is None else self.unhealthy_since
 
 
 def run_ident(name: str, restarts: int, step: Step, attempt: int, segment: int = 0, level: int = 1) -> str:
@@ -810,8 +826,8 @@ def _decide(
                 new, PROCESSING, "True", "StopCleared", "the admin cleared the stop: starting over", now
             )
             return _write(_phase(new, "New", now), "StopCleared")
-        if obs.node_ready:
-            new = _cond(s, SUCCEEDED, "False", STOPPED, "stopped by an admin; the node is Ready again", now)
+        if obs.node_healthy:
+            new = _cond(s, SUCCEEDED, "False", STOPPED, "stopped by an admin; the node is healthy again", now)
             return _write(_phase(new, "Final", now), "NodeHealthy")
         return act.nothing(STOPPED)
     if obs.stop_requested and not (
@@ -930,12 +946,12 @@ def _decide(
 
     # 3. The automaton.
     if s.status == "New":
-        if obs.node_ready:
+        if obs.node_healthy:
             if s.restarts == 0 and not obs.taint_present:
-                new = _cond(s, PROCESSING, "False", "NodeHealthy", "node Ready before fencing started", now)
+                new = _cond(s, PROCESSING, "False", "NodeHealthy", "node healthy before fencing started", now)
                 return _write(_phase(new, "Final", now), "NodeHealthy")
             return _write(_phase(s, "Done", now), "NodeReady")
-        since = obs.not_ready_since if obs.not_ready_since is not None else now
+        since = obs.unhealthy_from if obs.unhealthy_from is not None else now
         remaining = since + policy.grace_seconds - now
         if remaining > 0:
             return act.wait(remaining, "GracePeriod")
@@ -950,7 +966,7 @@ def _decide(
         return _write(_phase(new, "Running", now), "NoIsolationMethods")
 
     if s.status == "Running":
-        if obs.node_ready:
+        if obs.node_healthy:
             return _write(_phase(s, "Done", now), "NodeReady")
         if config.power_management:
             hold = obs.start_holds.get("PowerManagement")
@@ -976,7 +992,7 @@ def _decide(
                     f"node {node} came back before the release rate limit let its workloads go", now,
                 )  # fmt: skip
             return _write(_phase(new, "Final", now), "RemediationFinished")
-        if obs.node_ready:
+        if obs.node_healthy:
             unfinished = _release_unfinished(s, obs, now)
             if unfinished is not None:
                 return unfinished

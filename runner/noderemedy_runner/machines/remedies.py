@@ -266,9 +266,9 @@ def decide_remedy(
     if cur is None:
         if s.status != "New" or s.current_run is not None or s.restarts or s.jobs or not chain[0].pod:
             return None  # the fence flow has started (or is the first remedy)
-        if obs.node_ready:
-            return None  # the fence flow's own "Ready before anything started"
-        since = obs.not_ready_since if obs.not_ready_since is not None else now
+        if obs.node_healthy:
+            return None  # the fence flow's own "healthy before anything started"
+        since = obs.unhealthy_from if obs.unhealthy_from is not None else now
         if since + grace_seconds > now:
             return act.wait(since + grace_seconds - now, "GracePeriod")
         return _write(_begin(name, s, chain, 0, now), REMEDY_STARTED)
@@ -309,8 +309,8 @@ def decide_remedy(
     if cur.result == "Succeeded":
         if r.clean_resources:
             return None  # the fence flow fences, then releases on its verified fence
-        if obs.node_ready:
-            message = f"node {obs.node} is Ready after remedy {cur.name}"
+        if obs.node_healthy:
+            message = f"node {obs.node} is healthy after remedy {cur.name}"
             new = _cond(s, "Processing", "False", REMEDY_SUCCEEDED, message, now)
             new = _cond(new, "Succeeded", "True", REMEDY_SUCCEEDED, message, now)
             return _write(replace(new, status="Final", last_transition_time=now), "NodeHealthy")
