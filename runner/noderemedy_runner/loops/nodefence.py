@@ -59,10 +59,9 @@ from noderemedy_runner.loops.memory import (
     created_at,
     meta_of,
     out_of_service_tainted,
-    release_key,
     taint_event,
 )
-from noderemedy_runner.loops.release import ReleaseLedger, observe_left, observe_stale
+from noderemedy_runner.loops.release import ReleaseLedger, observe_left, observe_stale, record_release
 from noderemedy_runner.loops.remedies import PodRemedies
 from noderemedy_runner.loops.thresholds import THRESHOLD_INVALID, with_ready_node_release
 from noderemedy_runner.machines.actions import (
@@ -518,30 +517,11 @@ class NodeFenceReconciler(Reconciler):
             released_storage=storage.deleted_pods if storage is not None else None,
         )
         self._run_event(obj, action, outcome, str(action.step))
-        release = outcome.release
-        if release is not None and release.added:
-            kind = reading.kind if reading is not None else "fence"
-            restarts = NodeFenceStatus.from_dict(obj.get("status")).restarts
-            added = f"out-of-service taint added to node {node} ({kind} verified in run {ident})"
-            key = release_key(obj, "OutOfServiceTaintAdded", restarts)
-            taint_event(self.kube, obj, node, "Normal", "OutOfServiceTaintAdded", added, once_key=key)
-            held.release_recorded = restarts
-        elif release is not None and release.fenced_storage:
-            shown = ", ".join(release.deleted_pods[:5]) + (" ..." if len(release.deleted_pods) > 5 else "")
-            taint_event(
-                self.kube,
-                obj,
-                node,
-                "Normal",
-                "FencedStoragePodsReleased",
-                f"node {node}: storage-only fence verified in run {ident}: {len(release.deleted_pods)} pod(s) "
-                f"on the fenced storage force-deleted ({shown or 'none'}); {len(release.kept_pods)} other "
-                "pod(s) left running, and no out-of-service taint: that needs a power fence",
-            )
-        elif release is not None and release.message:
-            taint_event(
-                self.kube, obj, node, "Warning", "OutOfServiceTaintRefused", f"node {node}: {release.message}"
-            )
+        recorded = record_release(
+            self.kube, obj, node, outcome.release, reading.kind if reading else "fence", ident
+        )
+        if recorded is not None:
+            held.release_recorded = recorded
         return True
 
     def _record_adopted(self, obj: dict[str, Any], node: str, status: NodeFenceStatus, held: InMemory,

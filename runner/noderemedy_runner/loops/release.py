@@ -7,8 +7,12 @@ has (safe return) and the release rate limit's ledger. The decisions are pure, i
 from __future__ import annotations
 
 import threading
+from typing import Any
 
+from noderemedy_runner.executor import Release as RunRelease
 from noderemedy_runner.kube.resources import KubeIO
+from noderemedy_runner.loops.memory import release_key, taint_event
+from noderemedy_runner.machines.nodefence import NodeFenceStatus
 from noderemedy_runner.machines.release import (
     RATE_WINDOW_SECONDS,
     Admission,
@@ -88,3 +92,36 @@ class ReleaseLedger:
 
 
 __all__ = ["ReleaseLedger", "observe_left", "observe_stale"]
+
+
+def record_release(
+    kube: KubeIO, obj: dict[str, Any], node: str, release: RunRelease | None, kind: str, ident: str
+) -> int | None:
+    """The Events of what run ``ident`` released on ``node``, on the NodeFence ``obj`` and the Node:
+    ``OutOfServiceTaintAdded`` when it added the taint (``kind``: the fence reading that licensed
+    it, e.g. ``ipmi``; the Event's name is fixed per NodeFence flow by
+    :func:`~noderemedy_runner.loops.memory.release_key`, so a replay never records it twice),
+    ``FencedStoragePodsReleased`` for a storage-only fence's pods, ``OutOfServiceTaintRefused``
+    (Warning) when the module refused. Returns the flow (``status.restarts``) whose taint was
+    recorded, None when no taint was added. Best effort, as every Event."""
+    if release is not None and release.added:
+        restarts = NodeFenceStatus.from_dict(obj.get("status")).restarts
+        added = f"out-of-service taint added to node {node} ({kind} verified in run {ident})"
+        key = release_key(obj, "OutOfServiceTaintAdded", restarts)
+        taint_event(kube, obj, node, "Normal", "OutOfServiceTaintAdded", added, once_key=key)
+        return restarts
+    if release is not None and release.fenced_storage:
+        shown = ", ".join(release.deleted_pods[:5]) + (" ..." if len(release.deleted_pods) > 5 else "")
+        taint_event(
+            kube,
+            obj,
+            node,
+            "Normal",
+            "FencedStoragePodsReleased",
+            f"node {node}: storage-only fence verified in run {ident}: {len(release.deleted_pods)} pod(s) "
+            f"on the fenced storage force-deleted ({shown or 'none'}); {len(release.kept_pods)} other "
+            "pod(s) left running, and no out-of-service taint: that needs a power fence",
+        )
+    elif release is not None and release.message:
+        taint_event(kube, obj, node, "Warning", "OutOfServiceTaintRefused", f"node {node}: {release.message}")
+    return None
