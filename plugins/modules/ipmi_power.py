@@ -167,14 +167,11 @@ fence:
 """
 
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
-
-from ansible_collections.noderemedy.core.plugins.module_utils._fence import (  # noqa: E402
-    FENCE_ARG_SPEC,
-    power_result,
-    run_driver,
-    timing,
-    unverified,
+from ansible_collections.noderemedy.core.plugins.module_utils._fence import power_result, timing  # noqa: E402
+from ansible_collections.noderemedy.core.plugins.module_utils._fence_module import (  # noqa: E402
+    LOGIN_SECRET_KEYS,
+    fence,
+    fencing_module,
 )
 from ansible_collections.noderemedy.core.plugins.module_utils._ipmi import (  # noqa: E402
     HAS_PYGHMI,
@@ -182,13 +179,6 @@ from ansible_collections.noderemedy.core.plugins.module_utils._ipmi import (  # 
     PYGHMI_IMPORT_ERROR,
     IpmiDriver,
 )
-from ansible_collections.noderemedy.core.plugins.module_utils._secret import (  # noqa: E402
-    CREDENTIALS_SECRET_ARGSPEC,
-    apply_credentials_secret,
-)
-
-#: Secret key -> option, for ``credentials_secret``.
-SECRET_KEYS = {"username": "username", "password": "password"}
 
 MODULE_ARG_SPEC = {
     "state": {"type": "str", "required": True, "choices": ["on", "off", "reboot", "status"]},
@@ -197,18 +187,14 @@ MODULE_ARG_SPEC = {
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={**IPMI_ARG_SPEC, **FENCE_ARG_SPEC, **CREDENTIALS_SECRET_ARGSPEC, **MODULE_ARG_SPEC},
-        supports_check_mode=True,
-    )
-    if not HAS_PYGHMI:
-        module.fail_json(msg=missing_required_lib("pyghmi"), exception=PYGHMI_IMPORT_ERROR)
+    module = fencing_module(IPMI_ARG_SPEC, MODULE_ARG_SPEC, ("pyghmi", HAS_PYGHMI, PYGHMI_IMPORT_ERROR))
     p = module.params
-    fallback = unverified("ipmi", f"{p['ipaddr']}:{p['ipport']}", ["chassis"])
-    apply_credentials_secret(module, SECRET_KEYS, fallback)
     cycle = p["state"] == "reboot" and p["method"] == "cycle"
-    driver, res = run_driver(
+    driver, res = fence(
         module,
+        "ipmi",
+        f"{p['ipaddr']}:{p['ipport']}",
+        ["chassis"],
         lambda: IpmiDriver(
             ipaddr=p["ipaddr"],
             ipport=p["ipport"],
@@ -218,7 +204,7 @@ def main() -> None:
             privlvl=p["privlvl"],
             **timing(p),
         ),
-        fallback,
+        LOGIN_SECRET_KEYS,
         (lambda d: d.cycle(check_mode=module.check_mode)) if cycle else None,
     )
     if cycle:
