@@ -24,6 +24,7 @@ description:
 author:
   - noderemedy developers (@noderemedy)
 extends_documentation_fragment:
+  - noderemedy.core.node
   - noderemedy.core.kube_auth
   - ansible.builtin.action_common_attributes
 attributes:
@@ -36,12 +37,6 @@ attributes:
   platform:
     platforms: posix
 options:
-  name:
-    description:
-      - Name of the node.
-    type: str
-    required: true
-    aliases: [ node ]
   state:
     description:
       - V(drain) cordons the node and evicts its pods; V(cordon) only marks it unschedulable;

@@ -29,6 +29,7 @@ description:
 author:
   - noderemedy developers (@noderemedy)
 extends_documentation_fragment:
+  - noderemedy.core.node
   - noderemedy.core.kube_auth
   - ansible.builtin.action_common_attributes
 attributes:
@@ -41,12 +42,6 @@ attributes:
   platform:
     platforms: posix
 options:
-  name:
-    description:
-      - Name of the node.
-    type: str
-    required: true
-    aliases: [ node ]
   state:
     description:
       - V(present) adds the taints, V(absent) removes them.
