@@ -98,7 +98,11 @@ this_apiserver_id:
 
 import traceback  # noqa: E402
 
-from ansible_collections.noderemedy.core.plugins.module_utils._kube import KubeError, get_api_client  # noqa: E402
+from ansible_collections.noderemedy.core.plugins.module_utils._kube import (  # noqa: E402
+    KUBE_AUTH_ARGSPEC,
+    KubeError,
+    get_api_client,
+)
 from ansible_collections.noderemedy.core.plugins.module_utils._kube_module import kube_module  # noqa: E402
 from ansible_collections.noderemedy.core.plugins.module_utils._storage_version import (  # noqa: E402
     StorageVersionError,
@@ -107,11 +111,12 @@ from ansible_collections.noderemedy.core.plugins.module_utils._storage_version i
 
 
 def argument_spec() -> dict:
-    """The module's own options; ``kube_module`` adds the kube auth group."""
-    return dict(
-        apiserver_id=dict(type="str"),
-        resources=dict(type="list", elements="str"),
-    )
+    """The module's argspec: its own options plus the kube auth group (as ``kube_module`` adds it)."""
+    return {
+        "apiserver_id": {"type": "str"},
+        "resources": {"type": "list", "elements": "str"},
+        **KUBE_AUTH_ARGSPEC,
+    }
 
 
 def main() -> None:
