@@ -43,6 +43,11 @@ OFF = "off"
 #: Actions :meth:`FenceDriver.run` understands (fence-agents ``--action`` names).
 ACTIONS = ("on", "off", "reboot", "status")
 
+#: The ``state`` option of the power-fencing modules: one of :data:`ACTIONS`.
+POWER_STATE_ARG_SPEC: dict[str, dict[str, Any]] = {
+    "state": {"type": "str", "required": True, "choices": list(ACTIONS)},
+}
+
 #: Options shared by every fencing module; documented 1:1 by ``doc_fragments/fence.py``.
 #: Names and meanings are fence-agents' (``lib/fencing.py`` ``all_opt``).
 FENCE_ARG_SPEC: dict[str, dict[str, Any]] = {

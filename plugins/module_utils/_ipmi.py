@@ -59,6 +59,9 @@ except ImportError:  # pragma: no cover - exercised only without the library
     PYGHMI_IMPORT_ERROR = traceback.format_exc()
     pyghmi_exc = pyghmi_session = None  # type: ignore[assignment]
 
+#: ``(name, present, import traceback)`` of the library, for ``_fence_module.fencing_module``.
+PYGHMI_LIBRARY = ("pyghmi", HAS_PYGHMI, PYGHMI_IMPORT_ERROR)
+
 #: IPMI connection options; documented 1:1 by ``doc_fragments/ipmi.py``. Names are fence_ipmilan's.
 IPMI_ARG_SPEC: dict[str, dict[str, Any]] = {
     **login_arg_spec(

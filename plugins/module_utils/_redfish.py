@@ -54,6 +54,9 @@ except ImportError:  # pragma: no cover - exercised only without the library
     SUSHY_IMPORT_ERROR = traceback.format_exc()
     sushy = sushy_auth = sushy_exc = None  # type: ignore[assignment]
 
+#: ``(name, present, import traceback)`` of the library, for ``_fence_module.fencing_module``.
+SUSHY_LIBRARY = ("sushy", HAS_SUSHY, SUSHY_IMPORT_ERROR)
+
 #: Redfish connection options; documented 1:1 by ``doc_fragments/redfish.py``. Names are
 #: fence_redfish's (``--ip``, ``--ipport``, ``--username``, ``--password``, ``--ssl-insecure``,
 #: ``--redfish-uri``, ``--systems-uri``, ``--plug``).

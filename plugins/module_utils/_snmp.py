@@ -53,6 +53,9 @@ except ImportError:  # pragma: no cover - exercised only without the library
     PYSNMP_IMPORT_ERROR = traceback.format_exc()
     hlapi = rfc1902 = rfc1905 = None  # type: ignore[assignment]
 
+#: ``(name, present, import traceback)`` of the library, for ``_fence_module.fencing_module``.
+PYSNMP_LIBRARY = ("pysnmp", HAS_PYSNMP, PYSNMP_IMPORT_ERROR)
+
 #: SNMP connection options; documented 1:1 by ``doc_fragments/snmp.py``. Names are fence-agents'.
 SNMP_ARG_SPEC: dict[str, dict[str, Any]] = {
     **login_arg_spec(161, ["NODEREMEDY_SNMP_USERNAME"], ["NODEREMEDY_SNMP_PASSWORD"]),

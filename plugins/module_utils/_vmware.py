@@ -51,6 +51,9 @@ except ImportError:  # pragma: no cover - exercised only without the library
     PYVMOMI_IMPORT_ERROR = traceback.format_exc()
     Disconnect = SmartConnect = vim = vmodl = None  # type: ignore[assignment]
 
+#: ``(name, present, import traceback)`` of the library, for ``_fence_module.fencing_module``.
+PYVMOMI_LIBRARY = ("pyvmomi", HAS_PYVMOMI, PYVMOMI_IMPORT_ERROR)
+
 #: vSphere connection options; documented 1:1 by ``doc_fragments/vmware.py`` (fence_vmware_soap names).
 VMWARE_ARG_SPEC: dict[str, dict[str, Any]] = {
     **login_arg_spec(

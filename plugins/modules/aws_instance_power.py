@@ -153,14 +153,17 @@ fence:
 
 from ansible_collections.noderemedy.core.plugins.module_utils._aws import (  # noqa: E402
     AWS_ARG_SPEC,
-    BOTO3_IMPORT_ERROR,
-    HAS_BOTO3,
+    BOTO3_LIBRARY,
     AwsInstanceDriver,
     instance_from_provider_id,
     provider_id_of_node,
     region_of_zone,
 )
-from ansible_collections.noderemedy.core.plugins.module_utils._fence import timing, unverified  # noqa: E402
+from ansible_collections.noderemedy.core.plugins.module_utils._fence import (  # noqa: E402
+    POWER_STATE_ARG_SPEC,
+    timing,
+    unverified,
+)
 from ansible_collections.noderemedy.core.plugins.module_utils._fence_module import (  # noqa: E402
     exit_power,
     fence,
@@ -172,7 +175,7 @@ from ansible_collections.noderemedy.core.plugins.module_utils._secret import app
 SECRET_KEYS = {"access_key": "access_key", "secret_key": "secret_key"}
 
 MODULE_ARG_SPEC = {
-    "state": {"type": "str", "required": True, "choices": ["on", "off", "reboot", "status"]},
+    **POWER_STATE_ARG_SPEC,
 }
 
 
@@ -180,7 +183,7 @@ def main() -> None:
     module = fencing_module(
         AWS_ARG_SPEC,
         MODULE_ARG_SPEC,
-        ("boto3", HAS_BOTO3, BOTO3_IMPORT_ERROR),
+        BOTO3_LIBRARY,
         mutually_exclusive=[("plug", "provider_id", "node")],
         required_one_of=[("plug", "provider_id", "node")],
     )

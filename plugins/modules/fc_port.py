@@ -185,8 +185,7 @@ from ansible_collections.noderemedy.core.plugins.module_utils._fc_switch import 
 from ansible_collections.noderemedy.core.plugins.module_utils._fence import timing  # noqa: E402
 from ansible_collections.noderemedy.core.plugins.module_utils._fence_module import fence, fencing_module  # noqa: E402
 from ansible_collections.noderemedy.core.plugins.module_utils._snmp import (  # noqa: E402
-    HAS_PYSNMP,
-    PYSNMP_IMPORT_ERROR,
+    PYSNMP_LIBRARY,
     SNMP_ARG_SPEC,
     SNMP_SECRET_KEYS,
     client_from_params,
@@ -203,7 +202,7 @@ ACTIONS = {"enabled": "on", "disabled": "off", "status": "status"}
 
 
 def main() -> None:
-    module = fencing_module(SNMP_ARG_SPEC, MODULE_ARG_SPEC, ("pysnmp", HAS_PYSNMP, PYSNMP_IMPORT_ERROR))
+    module = fencing_module(SNMP_ARG_SPEC, MODULE_ARG_SPEC, PYSNMP_LIBRARY)
     p = module.params
     driver, res = fence(
         module,

@@ -167,27 +167,30 @@ fence:
 """
 
 
-from ansible_collections.noderemedy.core.plugins.module_utils._fence import power_result, timing  # noqa: E402
+from ansible_collections.noderemedy.core.plugins.module_utils._fence import (  # noqa: E402
+    POWER_STATE_ARG_SPEC,
+    power_result,
+    timing,
+)
 from ansible_collections.noderemedy.core.plugins.module_utils._fence_module import (  # noqa: E402
     LOGIN_SECRET_KEYS,
     fence,
     fencing_module,
 )
 from ansible_collections.noderemedy.core.plugins.module_utils._ipmi import (  # noqa: E402
-    HAS_PYGHMI,
     IPMI_ARG_SPEC,
-    PYGHMI_IMPORT_ERROR,
+    PYGHMI_LIBRARY,
     IpmiDriver,
 )
 
 MODULE_ARG_SPEC = {
-    "state": {"type": "str", "required": True, "choices": ["on", "off", "reboot", "status"]},
+    **POWER_STATE_ARG_SPEC,
     "method": {"type": "str", "default": "onoff", "choices": ["onoff", "cycle"]},
 }
 
 
 def main() -> None:
-    module = fencing_module(IPMI_ARG_SPEC, MODULE_ARG_SPEC, ("pyghmi", HAS_PYGHMI, PYGHMI_IMPORT_ERROR))
+    module = fencing_module(IPMI_ARG_SPEC, MODULE_ARG_SPEC, PYGHMI_LIBRARY)
     p = module.params
     cycle = p["state"] == "reboot" and p["method"] == "cycle"
     driver, res = fence(

@@ -227,7 +227,11 @@ fence:
 """
 
 
-from ansible_collections.noderemedy.core.plugins.module_utils._fence import power_result, timing  # noqa: E402
+from ansible_collections.noderemedy.core.plugins.module_utils._fence import (  # noqa: E402
+    POWER_STATE_ARG_SPEC,
+    power_result,
+    timing,
+)
 from ansible_collections.noderemedy.core.plugins.module_utils._fence_module import fence, fencing_module  # noqa: E402
 from ansible_collections.noderemedy.core.plugins.module_utils._pdu import (  # noqa: E402
     PDU_ARG_SPEC,
@@ -236,8 +240,7 @@ from ansible_collections.noderemedy.core.plugins.module_utils._pdu import (  # n
     generic_profile,
 )
 from ansible_collections.noderemedy.core.plugins.module_utils._snmp import (  # noqa: E402
-    HAS_PYSNMP,
-    PYSNMP_IMPORT_ERROR,
+    PYSNMP_LIBRARY,
     SNMP_ARG_SPEC,
     SNMP_SECRET_KEYS,
     client_from_params,
@@ -245,7 +248,7 @@ from ansible_collections.noderemedy.core.plugins.module_utils._snmp import (  # 
 
 MODULE_ARG_SPEC = {
     "plug": {"type": "list", "elements": "str", "required": True, "aliases": ["port", "outlets"]},
-    "state": {"type": "str", "required": True, "choices": ["on", "off", "reboot", "status"]},
+    **POWER_STATE_ARG_SPEC,
     **PDU_ARG_SPEC,
 }
 
@@ -254,7 +257,7 @@ def main() -> None:
     module = fencing_module(
         SNMP_ARG_SPEC,
         MODULE_ARG_SPEC,
-        ("pysnmp", HAS_PYSNMP, PYSNMP_IMPORT_ERROR),
+        PYSNMP_LIBRARY,
         required_if=[("profile", "generic", ["status_oid"])],
     )
     p = module.params

@@ -155,7 +155,7 @@ fence:
 """
 
 
-from ansible_collections.noderemedy.core.plugins.module_utils._fence import timing  # noqa: E402
+from ansible_collections.noderemedy.core.plugins.module_utils._fence import POWER_STATE_ARG_SPEC, timing  # noqa: E402
 from ansible_collections.noderemedy.core.plugins.module_utils._fence_module import (  # noqa: E402
     LOGIN_SECRET_KEYS,
     exit_power,
@@ -163,14 +163,13 @@ from ansible_collections.noderemedy.core.plugins.module_utils._fence_module impo
     fencing_module,
 )
 from ansible_collections.noderemedy.core.plugins.module_utils._redfish import (  # noqa: E402
-    HAS_SUSHY,
     REDFISH_ARG_SPEC,
-    SUSHY_IMPORT_ERROR,
+    SUSHY_LIBRARY,
     RedfishDriver,
 )
 
 MODULE_ARG_SPEC = {
-    "state": {"type": "str", "required": True, "choices": ["on", "off", "reboot", "status"]},
+    **POWER_STATE_ARG_SPEC,
 }
 
 
@@ -178,7 +177,7 @@ def main() -> None:
     module = fencing_module(
         REDFISH_ARG_SPEC,
         MODULE_ARG_SPEC,
-        ("sushy", HAS_SUSHY, SUSHY_IMPORT_ERROR),
+        SUSHY_LIBRARY,
         mutually_exclusive=[("systems_uri", "plug"), ("ssl_insecure", "ca_path")],
     )
     p = module.params

@@ -137,7 +137,7 @@ fence:
 """
 
 
-from ansible_collections.noderemedy.core.plugins.module_utils._fence import timing  # noqa: E402
+from ansible_collections.noderemedy.core.plugins.module_utils._fence import POWER_STATE_ARG_SPEC, timing  # noqa: E402
 from ansible_collections.noderemedy.core.plugins.module_utils._fence_module import (  # noqa: E402
     LOGIN_SECRET_KEYS,
     exit_power,
@@ -145,14 +145,13 @@ from ansible_collections.noderemedy.core.plugins.module_utils._fence_module impo
     fencing_module,
 )
 from ansible_collections.noderemedy.core.plugins.module_utils._vmware import (  # noqa: E402
-    HAS_PYVMOMI,
-    PYVMOMI_IMPORT_ERROR,
+    PYVMOMI_LIBRARY,
     VMWARE_ARG_SPEC,
     VmwareVmDriver,
 )
 
 MODULE_ARG_SPEC = {
-    "state": {"type": "str", "required": True, "choices": ["on", "off", "reboot", "status"]},
+    **POWER_STATE_ARG_SPEC,
 }
 
 
@@ -160,7 +159,7 @@ def main() -> None:
     module = fencing_module(
         VMWARE_ARG_SPEC,
         MODULE_ARG_SPEC,
-        ("pyvmomi", HAS_PYVMOMI, PYVMOMI_IMPORT_ERROR),
+        PYVMOMI_LIBRARY,
         mutually_exclusive=[("ssl_insecure", "ca_path")],
     )
     p = module.params
