@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import LabConfig
-from .procs import ComponentError, Proc, Supervisor, require_port_free, tcp_listening
+from .procs import ComponentError, Proc, Supervisor, prepare_peer, tcp_listening
 
 #: Seconds a stop or start takes in the lab (moto: none; EC2: tens of seconds).
 POWER_DELAY = 0.5
@@ -47,9 +47,7 @@ def start_peer(
     except ImportError as exc:
         raise ComponentError("ec2", "moto is not installed: pip install 'moto[server,ec2]'") from exc
     port = cfg.port("moto")
-    require_port_free(port, "ec2")
-    run_dir = base / "ec2"
-    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir = prepare_peer(port, "ec2", base / "ec2")
     env = {
         "NODEREMEDY_POWER_DELAY": str(POWER_DELAY),
         "NODEREMEDY_POWER_HOOK": json.dumps(power_hook or []),

@@ -71,6 +71,42 @@ def _buildah(buildah: str, store: Path, *args: str) -> str:
     return out.stdout.strip()
 
 
+def _from_rootfs(buildah: str, store: Path, rootfs: Path) -> str:
+    """A new scratch container holding ``rootfs``; returns its id."""
+    ctr = _buildah(buildah, store, "from", "scratch")
+    _buildah(buildah, store, "copy", ctr, str(rootfs) + "/", "/")
+    return ctr
+
+
+def _commit(buildah: str, store: Path, ctr: str, name: str, dest: Path, *config: str) -> None:
+    """Configure container ``ctr`` (``buildah config`` arguments ``config``), commit it as image
+    ``name`` and write its OCI archive to ``dest`` (replaced whole: never half-written). ``store``
+    lies in the build's temporary directory, where the archive is written first."""
+    _buildah(buildah, store, "config", *config, ctr)
+    _buildah(buildah, store, "commit", "--quiet", ctr, name)
+    out = store.parent / "image.tar"  # the build's own temporary directory: removed on failure
+    _buildah(buildah, store, "push", "--quiet", name, f"oci-archive:{out}:{name}")
+    os.replace(out, dest)
+
+
+def _remove_all(buildah: str, store: Path) -> None:
+    """Remove every container of ``store``: vfs keeps plain directories, but be sure nothing
+    buildah mounted survives the removal of the store."""
+    subprocess.run(
+        [buildah, "--root", str(store / "root"), "--runroot", str(store / "runroot"),
+         "--storage-driver", "vfs", "rm", "--all"],
+        capture_output=True, timeout=60,
+    )  # fmt: skip
+
+
+def _require_static(binary: Path | str, hint: str = "") -> None:
+    """ComponentError ``images`` if ``binary`` is dynamically linked (``ldd`` lists libraries): the
+    image would need its libraries too."""
+    out = subprocess.run(["ldd", str(binary)], capture_output=True, text=True)
+    if out.returncode == 0 and "=>" in out.stdout:
+        raise ComponentError("images", f"{binary} is not statically linked{hint}")
+
+
 def ensure_node_images(progress: Callable[[str], None] | None = None) -> dict[str, Path]:
     """Build the real nodes' images if not cached; returns image name -> OCI archive path.
 
@@ -84,10 +120,7 @@ def ensure_node_images(progress: Callable[[str], None] | None = None) -> dict[st
     if not todo:
         return paths
     buildah = require_binary("buildah", "images", "buildah")
-    # a dynamically linked busybox would need its libraries in the image
-    file_out = subprocess.run(["ldd", str(busybox)], capture_output=True, text=True)
-    if file_out.returncode == 0 and "=>" in file_out.stdout:
-        raise ComponentError("images", f"{busybox} is not statically linked (install 'busybox-static')")
+    _require_static(busybox, " (install 'busybox-static')")
     t0 = time.monotonic()
     base = cache_dir() / "images"
     base.mkdir(parents=True, exist_ok=True)
@@ -106,26 +139,16 @@ def ensure_node_images(progress: Callable[[str], None] | None = None) -> dict[st
         try:
             for name in todo:
                 recipe = RECIPES[name]
-                ctr = _buildah(buildah, store, "from", "scratch")
-                _buildah(buildah, store, "copy", ctr, str(rootfs) + "/", "/")
-                _buildah(
-                    buildah, store, "config",
+                ctr = _from_rootfs(buildah, store, rootfs)
+                _commit(
+                    buildah, store, ctr, name, paths[name],
                     "--entrypoint", json.dumps(recipe["entrypoint"]),
                     "--cmd", " ".join(recipe["cmd"]),
-                    "--env", "PATH=/bin", "--workingdir", "/", ctr,
+                    "--env", "PATH=/bin", "--workingdir", "/",
                 )  # fmt: skip
-                _buildah(buildah, store, "commit", "--quiet", ctr, name)
-                out = work / "image.tar"
-                _buildah(buildah, store, "push", "--quiet", name, f"oci-archive:{out}:{name}")
-                os.replace(out, paths[name])
                 _buildah(buildah, store, "rm", ctr)
         finally:
-            # vfs keeps plain directories, but be sure nothing buildah mounted survives the rmtree
-            subprocess.run(
-                [buildah, "--root", str(store / "root"), "--runroot", str(store / "runroot"),
-                 "--storage-driver", "vfs", "rm", "--all"],
-                capture_output=True, timeout=60,
-            )  # fmt: skip
+            _remove_all(buildah, store)
     say(f"  built images {', '.join(todo)} in {time.monotonic() - t0:.1f} s")
     return paths
 
@@ -150,9 +173,7 @@ def ensure_binary_image(
     if path.is_file():
         return path
     for src in binaries.values():
-        out = subprocess.run(["ldd", str(src)], capture_output=True, text=True)
-        if out.returncode == 0 and "=>" in out.stdout:
-            raise ComponentError("images", f"{src} is not statically linked")
+        _require_static(src)
     buildah = require_binary("buildah", "images", "buildah")
     t0 = time.monotonic()
     base.mkdir(parents=True, exist_ok=True)
@@ -167,18 +188,9 @@ def ensure_binary_image(
             shutil.copy2(src, target)
         store = work / "store"
         try:
-            ctr = _buildah(buildah, store, "from", "scratch")
-            _buildah(buildah, store, "copy", ctr, str(rootfs) + "/", "/")
-            _buildah(buildah, store, "config", "--env", "PATH=/usr/local/bin", "--workingdir", "/", ctr)
-            _buildah(buildah, store, "commit", "--quiet", ctr, name)
-            out_tar = work / "image.tar"
-            _buildah(buildah, store, "push", "--quiet", name, f"oci-archive:{out_tar}:{name}")
-            os.replace(out_tar, path)
+            ctr = _from_rootfs(buildah, store, rootfs)
+            _commit(buildah, store, ctr, name, path, "--env", "PATH=/usr/local/bin", "--workingdir", "/")
         finally:
-            subprocess.run(
-                [buildah, "--root", str(store / "root"), "--runroot", str(store / "runroot"),
-                 "--storage-driver", "vfs", "rm", "--all"],
-                capture_output=True, timeout=60,
-            )  # fmt: skip
+            _remove_all(buildah, store)
     say(f"  built image {name} in {time.monotonic() - t0:.1f} s")
     return path

@@ -112,6 +112,20 @@ def apiserver_args(cfg: LabConfig, binaries: dict[str, Path], pki_dir: Path, etc
     ]
 
 
+def _serving_flags(kubeconfig: Path, port: int) -> list[str]:
+    """The flags kube-controller-manager and kube-scheduler share: one kubeconfig for the API,
+    authentication and authorization, their HTTPS health port ``port`` on 127.0.0.1, and no leader
+    election (one instance of each)."""
+    return [
+        f"--kubeconfig={kubeconfig}",
+        f"--authentication-kubeconfig={kubeconfig}",
+        f"--authorization-kubeconfig={kubeconfig}",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={port}",
+        "--leader-elect=false",
+    ]
+
+
 def node_manifest(name: str) -> dict:
     """A kwok node as the lab creates it: schedulable, no taints, powered on, 110 pods allocatable."""
     resources = {"cpu": "32", "memory": "256Gi", "pods": "110", "ephemeral-storage": "1Ti"}
@@ -183,17 +197,11 @@ def start_kube(sup: Supervisor, cfg: LabConfig, binaries: dict[str, Path], node_
 
     _create_nodes(kubeconfigs["admin"], node_names)
 
-    kcm_kc = str(kubeconfigs["kube-controller-manager"])
     sup.start(
         "kube-controller-manager",
         [
             str(binaries["kube-controller-manager"]),
-            f"--kubeconfig={kcm_kc}",
-            f"--authentication-kubeconfig={kcm_kc}",
-            f"--authorization-kubeconfig={kcm_kc}",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={cfg.port('kube-controller-manager')}",
-            "--leader-elect=false",
+            *_serving_flags(kubeconfigs["kube-controller-manager"], cfg.port("kube-controller-manager")),
             f"--controllers={CONTROLLERS}",
             f"--service-account-private-key-file={pki_dir / 'sa.key'}",
             f"--root-ca-file={pki_dir / 'ca.crt'}",
@@ -208,17 +216,11 @@ def start_kube(sup: Supervisor, cfg: LabConfig, binaries: dict[str, Path], node_
         ready=lambda: tcp_listening(cfg.port("kube-controller-manager")),
         timeout=60,
     )
-    sch_kc = str(kubeconfigs["kube-scheduler"])
     sup.start(
         "kube-scheduler",
         [
             str(binaries["kube-scheduler"]),
-            f"--kubeconfig={sch_kc}",
-            f"--authentication-kubeconfig={sch_kc}",
-            f"--authorization-kubeconfig={sch_kc}",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={cfg.port('kube-scheduler')}",
-            "--leader-elect=false",
+            *_serving_flags(kubeconfigs["kube-scheduler"], cfg.port("kube-scheduler")),
         ],
         ready=lambda: tcp_listening(cfg.port("kube-scheduler")),
         timeout=60,

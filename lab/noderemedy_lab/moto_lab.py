@@ -64,28 +64,31 @@ def _later(*args: Any) -> None:
     timer.start()
 
 
+def _switch(
+    inst: Any, original: Any, transient: tuple[str, int], final: tuple[str, int], hook_value: str
+) -> Any:
+    """Call moto's ``original`` (``Instance.stop`` / ``Instance.start``) on ``inst``, leave it in
+    ``transient`` (name, EC2 state code) and let the timer move it to ``final`` after running the
+    power hook with ``hook_value``. Returns the state before, as moto does; an instance tagged
+    :data:`IGNORE_TAG`, or already moving to or in ``final``, stays as it is."""
+    with _lock:
+        previous = copy.copy(inst._state)
+        if _tags(inst).get(IGNORE_TAG) == "true" or previous.name in (transient[0], final[0]):
+            return previous
+        original(inst)
+        inst._state.name, inst._state.code = transient
+    _later(inst, transient[0], final[0], final[1], hook_value)
+    return previous
+
+
 def stop(self: Any) -> Any:
     """moto's ``Instance.stop``, then ``stopping`` until the timer moves it to ``stopped``."""
-    with _lock:
-        previous = copy.copy(self._state)
-        if _tags(self).get(IGNORE_TAG) == "true" or previous.name in ("stopping", "stopped"):
-            return previous
-        _original_stop(self)
-        self._state.name, self._state.code = "stopping", 64
-    _later(self, "stopping", "stopped", 80, "0")
-    return previous
+    return _switch(self, _original_stop, ("stopping", 64), ("stopped", 80), "0")
 
 
 def start(self: Any) -> Any:
     """moto's ``Instance.start``, then ``pending`` until the timer moves it to ``running``."""
-    with _lock:
-        previous = copy.copy(self._state)
-        if _tags(self).get(IGNORE_TAG) == "true" or previous.name in ("pending", "running"):
-            return previous
-        _original_start(self)
-        self._state.name, self._state.code = "pending", 0
-    _later(self, "pending", "running", 16, "1")
-    return previous
+    return _switch(self, _original_start, ("pending", 0), ("running", 16), "1")
 
 
 def main() -> int:

@@ -49,6 +49,49 @@ def _name(cn: str, org: str | None = None) -> x509.Name:
     return x509.Name(attrs)
 
 
+def _write_cert(path: Path, crt: x509.Certificate) -> None:
+    path.write_bytes(crt.public_bytes(serialization.Encoding.PEM))
+
+
+def _certificate(
+    subject: x509.Name,
+    issuer: x509.Name,
+    public_key,
+    signing_key,
+    extensions: list[tuple[x509.ExtensionType, bool]],
+) -> x509.Certificate:
+    """A certificate for ``public_key`` signed by ``signing_key`` (SHA-256), valid from five minutes
+    ago (clock skew between the lab's processes) for :data:`VALIDITY`, with ``extensions``
+    (``(extension, critical)`` pairs)."""
+    now = dt.datetime.now(dt.UTC)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer)
+        .public_key(public_key)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + VALIDITY)
+    )
+    for extension, critical in extensions:
+        builder = builder.add_extension(extension, critical=critical)
+    return builder.sign(signing_key, hashes.SHA256())
+
+
+def _leaf(
+    usage: x509.ObjectIdentifier, sans: list[x509.GeneralName] | None = None
+) -> list[tuple[x509.ExtensionType, bool]]:
+    """The extensions of an end-entity certificate: not a CA, extended key usage ``usage``
+    (server or client authentication), and the subject alternative names ``sans`` if given."""
+    out: list[tuple[x509.ExtensionType, bool]] = [
+        (x509.BasicConstraints(ca=False, path_length=None), True),
+        (x509.ExtendedKeyUsage([usage]), False),
+    ]
+    if sans:
+        out.append((x509.SubjectAlternativeName(sans), False))
+    return out
+
+
 def issue_client_cert(pki: Path, stem: str, cn: str, org: str | None = None) -> tuple[Path, Path]:
     """Issue a client certificate signed by the lab CA in ``pki``; returns (crt, key) paths.
 
@@ -57,21 +100,11 @@ def issue_client_cert(pki: Path, stem: str, cn: str, org: str | None = None) -> 
     ca_key = serialization.load_pem_private_key((pki / "ca.key").read_bytes(), None)
     ca_crt = x509.load_pem_x509_certificate((pki / "ca.crt").read_bytes())
     key = ec.generate_private_key(ec.SECP256R1())
-    now = dt.datetime.now(dt.UTC)
-    crt = (
-        x509.CertificateBuilder()
-        .subject_name(_name(cn, org))
-        .issuer_name(ca_crt.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + VALIDITY)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-        .sign(ca_key, hashes.SHA256())
+    crt = _certificate(
+        _name(cn, org), ca_crt.subject, key.public_key(), ca_key, _leaf(ExtendedKeyUsageOID.CLIENT_AUTH)
     )
     crt_path, key_path = pki / f"{stem}.crt", pki / f"{stem}.key"
-    crt_path.write_bytes(crt.public_bytes(serialization.Encoding.PEM))
+    _write_cert(crt_path, crt)
     _write_key(key_path, key)
     return crt_path, key_path
 
@@ -79,35 +112,27 @@ def issue_client_cert(pki: Path, stem: str, cn: str, org: str | None = None) -> 
 def generate(pki: Path) -> None:
     """Create the CA, the apiserver serving cert, every client cert in CLIENTS and the SA key pair."""
     pki.mkdir(parents=True, exist_ok=True)
-    now = dt.datetime.now(dt.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = _name("noderemedy-lab-ca")
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + VALIDITY)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .sign(ca_key, hashes.SHA256())
+    usage = x509.KeyUsage(
+        digital_signature=True,
+        content_commitment=False,
+        key_encipherment=False,
+        data_encipherment=False,
+        key_agreement=False,
+        key_cert_sign=True,
+        crl_sign=True,
+        encipher_only=False,
+        decipher_only=False,
     )
-    (pki / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    ca = _certificate(
+        ca_name,
+        ca_name,
+        ca_key.public_key(),
+        ca_key,
+        [(x509.BasicConstraints(ca=True, path_length=None), True), (usage, True)],
+    )
+    _write_cert(pki / "ca.crt", ca)
     _write_key(pki / "ca.key", ca_key)
 
     srv_key = ec.generate_private_key(ec.SECP256R1())
@@ -120,20 +145,14 @@ def generate(pki: Path) -> None:
         x509.DNSName("kubernetes.default.svc"),
         x509.DNSName("kubernetes.default.svc.cluster.local"),
     ]
-    srv = (
-        x509.CertificateBuilder()
-        .subject_name(_name("kube-apiserver"))
-        .issuer_name(ca_name)
-        .public_key(srv_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + VALIDITY)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        .sign(ca_key, hashes.SHA256())
+    srv = _certificate(
+        _name("kube-apiserver"),
+        ca_name,
+        srv_key.public_key(),
+        ca_key,
+        _leaf(ExtendedKeyUsageOID.SERVER_AUTH, sans),
     )
-    (pki / "apiserver.crt").write_bytes(srv.public_bytes(serialization.Encoding.PEM))
+    _write_cert(pki / "apiserver.crt", srv)
     _write_key(pki / "apiserver.key", srv_key)
 
     for stem, (cn, org) in CLIENTS.items():
@@ -185,37 +204,18 @@ def issue_device_pki(directory: Path, cn: str) -> dict[str, Path]:
     as an admin would with the CA that signed a BMC's certificate.
     """
     directory.mkdir(parents=True, exist_ok=True)
-    now = dt.datetime.now(dt.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = _name(f"{cn}-ca")
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + VALIDITY)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .sign(ca_key, hashes.SHA256())
+    ca = _certificate(
+        ca_name, ca_name, ca_key.public_key(), ca_key, [(x509.BasicConstraints(ca=True, path_length=0), True)]
     )
     key = ec.generate_private_key(ec.SECP256R1())
     sans = [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
-    crt = (
-        x509.CertificateBuilder()
-        .subject_name(_name(cn))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + VALIDITY)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        .sign(ca_key, hashes.SHA256())
+    crt = _certificate(
+        _name(cn), ca_name, key.public_key(), ca_key, _leaf(ExtendedKeyUsageOID.SERVER_AUTH, sans)
     )
     paths = {"ca": directory / "ca.crt", "cert": directory / "server.crt", "key": directory / "server.key"}
-    paths["ca"].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    paths["cert"].write_bytes(crt.public_bytes(serialization.Encoding.PEM))
+    _write_cert(paths["ca"], ca)
+    _write_cert(paths["cert"], crt)
     _write_key(paths["key"], key)
     return paths

@@ -84,6 +84,14 @@ def require_port_free(port: int, component: str, proto: str = "tcp") -> None:
         raise ComponentError(component, f"{proto} port 127.0.0.1:{port} is already in use")
 
 
+def prepare_peer(port: int, component: str, run_dir: Path) -> Path:
+    """Check that a peer's TCP port ``127.0.0.1:port`` is free (:func:`require_port_free`: a
+    ComponentError naming ``component`` if not) and create its run directory; returns ``run_dir``."""
+    require_port_free(port, component)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return run_dir
+
+
 def udp_listening(port: int, host: str = "127.0.0.1") -> bool:
     """True if a UDP socket is bound on ``host:port`` (read from /proc/net/udp, no packet sent)."""
     want = f"{socket.htonl(int.from_bytes(socket.inet_aton(host), 'big')):08X}:{port:04X}"

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .config import LabConfig
 from .pki import issue_device_pki
-from .procs import ComponentError, Proc, Supervisor, require_port_free, tcp_listening
+from .procs import ComponentError, Proc, Supervisor, prepare_peer, tcp_listening
 
 #: Seconds a Redfish power transition takes in the lab (sushy-tools' fake driver: random 1-11 s).
 POWER_DELAY = 0.5
@@ -68,9 +68,7 @@ def start_peer(
     except ImportError as exc:
         raise ComponentError("redfish", "sushy-tools is not installed: pip install sushy-tools") from exc
     port = cfg.port("redfish")
-    require_port_free(port, "redfish")
-    run_dir = base / "redfish"
-    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir = prepare_peer(port, "redfish", base / "redfish")
     tls = issue_device_pki(run_dir / "tls", "lab-redfish")
     password = secrets.token_hex(8)
     auth = run_dir / "htpasswd"

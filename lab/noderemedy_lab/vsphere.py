@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .config import LabConfig
 from .pki import issue_device_pki
-from .procs import Proc, Supervisor, require_port_free, tcp_listening
+from .procs import Proc, Supervisor, prepare_peer, tcp_listening
 
 POWER_DELAY = 0.5
 READY_TIMEOUT = 30.0
@@ -45,9 +45,7 @@ def start_peer(
     if not binary.is_file():
         build_vcsim(lambda line: None)
     port = cfg.port("vcsim")
-    require_port_free(port, "vsphere")
-    run_dir = base / "vsphere"
-    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir = prepare_peer(port, "vsphere", base / "vsphere")
     tls = issue_device_pki(run_dir / "tls", "lab-vcenter")
     password = secrets.token_hex(8)
     vms = {node: vm_name(i) for i, node in enumerate(node_names)}

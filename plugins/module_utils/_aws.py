@@ -54,6 +54,9 @@ except ImportError:  # pragma: no cover - exercised only without the library
     BOTO3_IMPORT_ERROR = traceback.format_exc()
     boto3 = botocore_exc = BotoConfig = None  # type: ignore[assignment]
 
+#: ``(name, present, import traceback)`` of the library, for ``_fence_module.fencing_module``.
+BOTO3_LIBRARY = ("boto3", HAS_BOTO3, BOTO3_IMPORT_ERROR)
+
 #: EC2 connection options; documented 1:1 by ``doc_fragments/aws.py``. Names are fence_aws's
 #: (``--region``, ``--access-key``, ``--secret-key``, ``--plug``) plus ``endpoint_url``.
 AWS_ARG_SPEC: dict[str, dict[str, Any]] = {

@@ -34,12 +34,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ansible.module_utils.basic import env_fallback
+
 #: Power vocabulary used inside the drivers (fence-agents' ``on`` / ``off``).
 ON = "on"
 OFF = "off"
 
 #: Actions :meth:`FenceDriver.run` understands (fence-agents ``--action`` names).
 ACTIONS = ("on", "off", "reboot", "status")
+
+#: The ``state`` option of the power-fencing modules: one of :data:`ACTIONS`.
+POWER_STATE_ARG_SPEC: dict[str, dict[str, Any]] = {
+    "state": {"type": "str", "required": True, "choices": list(ACTIONS)},
+}
 
 #: Options shared by every fencing module; documented 1:1 by ``doc_fragments/fence.py``.
 #: Names and meanings are fence-agents' (``lib/fencing.py`` ``all_opt``).
@@ -49,6 +56,34 @@ FENCE_ARG_SPEC: dict[str, dict[str, Any]] = {
     "retry_on": {"type": "int", "default": 1},
     "poll_interval": {"type": "float", "default": 0.1},
 }
+
+
+def login_arg_spec(
+    ipport: int | None, username_env: list[str], password_env: list[str]
+) -> dict[str, dict[str, Any]]:
+    """The device address and login options a fencing module shares with fence-agents
+    (``lib/fencing.py`` ``all_opt``: ``--ip``, ``--ipport``, ``--username``, ``--password``).
+
+    Args:
+        ipport: the default port (IPMI 623, SNMP 161, vSphere 443); None: no default (Redfish
+            derives it from ``ssl``).
+        username_env / password_env: environment variables read, in order, when the option is
+            not set (``env_fallback``).
+
+    Returns the argspec entries ``ipaddr`` (required, alias ``ip``), ``ipport``, ``username``
+    (alias ``login``) and ``password`` (alias ``passwd``, ``no_log``).
+    """
+    return {
+        "ipaddr": {"type": "str", "required": True, "aliases": ["ip"]},
+        "ipport": {"type": "int"} if ipport is None else {"type": "int", "default": ipport},
+        "username": {"type": "str", "aliases": ["login"], "fallback": (env_fallback, list(username_env))},
+        "password": {
+            "type": "str",
+            "no_log": True,
+            "aliases": ["passwd"],
+            "fallback": (env_fallback, list(password_env)),
+        },
+    }
 
 
 class FenceError(Exception):

@@ -34,8 +34,6 @@ import time
 import traceback
 from typing import Any
 
-from ansible.module_utils.basic import env_fallback
-
 from ansible_collections.noderemedy.core.plugins.module_utils._fence import (
     OFF,
     ON,
@@ -47,6 +45,7 @@ from ansible_collections.noderemedy.core.plugins.module_utils._fence import (
     PrivilegeError,
     RejectedError,
     UnreachableError,
+    login_arg_spec,
 )
 
 try:
@@ -60,21 +59,14 @@ except ImportError:  # pragma: no cover - exercised only without the library
     PYGHMI_IMPORT_ERROR = traceback.format_exc()
     pyghmi_exc = pyghmi_session = None  # type: ignore[assignment]
 
+#: ``(name, present, import traceback)`` of the library, for ``_fence_module.fencing_module``.
+PYGHMI_LIBRARY = ("pyghmi", HAS_PYGHMI, PYGHMI_IMPORT_ERROR)
+
 #: IPMI connection options; documented 1:1 by ``doc_fragments/ipmi.py``. Names are fence_ipmilan's.
 IPMI_ARG_SPEC: dict[str, dict[str, Any]] = {
-    "ipaddr": {"type": "str", "required": True, "aliases": ["ip"]},
-    "ipport": {"type": "int", "default": 623},
-    "username": {
-        "type": "str",
-        "aliases": ["login"],
-        "fallback": (env_fallback, ["NODEREMEDY_IPMI_USERNAME", "IPMI_USERNAME"]),
-    },
-    "password": {
-        "type": "str",
-        "no_log": True,
-        "aliases": ["passwd"],
-        "fallback": (env_fallback, ["NODEREMEDY_IPMI_PASSWORD", "IPMI_PASSWORD"]),
-    },
+    **login_arg_spec(
+        623, ["NODEREMEDY_IPMI_USERNAME", "IPMI_USERNAME"], ["NODEREMEDY_IPMI_PASSWORD", "IPMI_PASSWORD"]
+    ),
     "cipher": {"type": "int", "default": 3},
     "privlvl": {
         "type": "str",

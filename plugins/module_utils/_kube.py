@@ -45,6 +45,10 @@ except ImportError:  # pragma: no cover - exercised only without the library
     SERVICE_HOST_ENV_NAME = "KUBERNETES_SERVICE_HOST"
     SERVICE_TOKEN_FILENAME = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 
+#: The node a Kubernetes node module acts on (``node_drain``, ``node_taint``); documented 1:1 by
+#: ``doc_fragments/node.py``.
+NODE_ARGSPEC: dict[str, dict[str, Any]] = {"name": {"type": "str", "required": True, "aliases": ["node"]}}
+
 #: Authentication options shared by every module that talks to the Kubernetes API.
 #: Names, aliases and ``K8S_AUTH_*`` environment variables are kubernetes.core's.
 KUBE_AUTH_ARGSPEC: dict[str, dict[str, Any]] = {

@@ -28,8 +28,6 @@ import logging
 import traceback
 from typing import Any
 
-from ansible.module_utils.basic import env_fallback
-
 from ansible_collections.noderemedy.core.plugins.module_utils._fence import (
     OFF,
     ON,
@@ -41,6 +39,7 @@ from ansible_collections.noderemedy.core.plugins.module_utils._fence import (
     PrivilegeError,
     RejectedError,
     UnreachableError,
+    login_arg_spec,
 )
 
 try:
@@ -55,23 +54,18 @@ except ImportError:  # pragma: no cover - exercised only without the library
     SUSHY_IMPORT_ERROR = traceback.format_exc()
     sushy = sushy_auth = sushy_exc = None  # type: ignore[assignment]
 
+#: ``(name, present, import traceback)`` of the library, for ``_fence_module.fencing_module``.
+SUSHY_LIBRARY = ("sushy", HAS_SUSHY, SUSHY_IMPORT_ERROR)
+
 #: Redfish connection options; documented 1:1 by ``doc_fragments/redfish.py``. Names are
 #: fence_redfish's (``--ip``, ``--ipport``, ``--username``, ``--password``, ``--ssl-insecure``,
 #: ``--redfish-uri``, ``--systems-uri``, ``--plug``).
 REDFISH_ARG_SPEC: dict[str, dict[str, Any]] = {
-    "ipaddr": {"type": "str", "required": True, "aliases": ["ip"]},
-    "ipport": {"type": "int"},
-    "username": {
-        "type": "str",
-        "aliases": ["login"],
-        "fallback": (env_fallback, ["NODEREMEDY_REDFISH_USERNAME", "REDFISH_USERNAME"]),
-    },
-    "password": {
-        "type": "str",
-        "no_log": True,
-        "aliases": ["passwd"],
-        "fallback": (env_fallback, ["NODEREMEDY_REDFISH_PASSWORD", "REDFISH_PASSWORD"]),
-    },
+    **login_arg_spec(
+        None,
+        ["NODEREMEDY_REDFISH_USERNAME", "REDFISH_USERNAME"],
+        ["NODEREMEDY_REDFISH_PASSWORD", "REDFISH_PASSWORD"],
+    ),
     "ssl": {"type": "bool", "default": True},
     "ssl_insecure": {"type": "bool", "default": False},
     "ca_path": {"type": "path"},

@@ -39,6 +39,7 @@ from ansible_collections.noderemedy.core.plugins.module_utils._fence import (
     PrivilegeError,
     RejectedError,
     UnreachableError,
+    login_arg_spec,
 )
 
 try:
@@ -52,27 +53,14 @@ except ImportError:  # pragma: no cover - exercised only without the library
     PYSNMP_IMPORT_ERROR = traceback.format_exc()
     hlapi = rfc1902 = rfc1905 = None  # type: ignore[assignment]
 
+#: ``(name, present, import traceback)`` of the library, for ``_fence_module.fencing_module``.
+PYSNMP_LIBRARY = ("pysnmp", HAS_PYSNMP, PYSNMP_IMPORT_ERROR)
+
 #: SNMP connection options; documented 1:1 by ``doc_fragments/snmp.py``. Names are fence-agents'.
 SNMP_ARG_SPEC: dict[str, dict[str, Any]] = {
-    "ipaddr": {"type": "str", "required": True, "aliases": ["ip"]},
-    "ipport": {"type": "int", "default": 161},
+    **login_arg_spec(161, ["NODEREMEDY_SNMP_USERNAME"], ["NODEREMEDY_SNMP_PASSWORD"]),
     "snmp_version": {"type": "str", "default": "2c", "choices": ["1", "2c", "3"]},
-    "community": {
-        "type": "str",
-        "no_log": True,
-        "fallback": (env_fallback, ["NODEREMEDY_SNMP_COMMUNITY"]),
-    },
-    "username": {
-        "type": "str",
-        "aliases": ["login"],
-        "fallback": (env_fallback, ["NODEREMEDY_SNMP_USERNAME"]),
-    },
-    "password": {
-        "type": "str",
-        "no_log": True,
-        "aliases": ["passwd"],
-        "fallback": (env_fallback, ["NODEREMEDY_SNMP_PASSWORD"]),
-    },
+    "community": {"type": "str", "no_log": True, "fallback": (env_fallback, ["NODEREMEDY_SNMP_COMMUNITY"])},
     "snmp_sec_level": {"type": "str", "choices": ["noAuthNoPriv", "authNoPriv", "authPriv"]},
     "snmp_auth_prot": {
         "type": "str",
@@ -87,6 +75,15 @@ SNMP_ARG_SPEC: dict[str, dict[str, Any]] = {
     },
     "snmp_timeout": {"type": "float", "default": 1.0},
     "snmp_retries": {"type": "int", "default": 1},
+}
+
+#: Secret key -> option, for the SNMP fencing modules' ``credentials_secret`` (SNMP v1/v2c:
+#: community; v3: user, authentication and privacy keys).
+SNMP_SECRET_KEYS = {
+    "community": "community",
+    "username": "username",
+    "password": "password",
+    "priv_password": "snmp_priv_passwd",
 }
 
 _AUTH_PROTOCOLS = {

@@ -34,7 +34,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
-from ansible_collections.noderemedy.core.plugins.module_utils._kube import KubeError, request
+from ansible_collections.noderemedy.core.plugins.module_utils._kube import NODE_ARGSPEC, KubeError, request
 
 OUT_OF_SERVICE_KEY = "node.kubernetes.io/out-of-service"
 OUT_OF_SERVICE_EFFECT = "NoExecute"
@@ -64,7 +64,7 @@ MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 CLOCK_SKEW = 5.0
 
 TAINT_ARGSPEC: dict[str, dict[str, Any]] = {
-    "name": {"type": "str", "required": True, "aliases": ["node"]},
+    **NODE_ARGSPEC,
     "state": {"type": "str", "default": "present", "choices": ["present", "absent"]},
     "taints": {
         "type": "list",

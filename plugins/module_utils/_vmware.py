@@ -26,8 +26,6 @@ import time
 import traceback
 from typing import Any
 
-from ansible.module_utils.basic import env_fallback
-
 from ansible_collections.noderemedy.core.plugins.module_utils._fence import (
     OFF,
     ON,
@@ -39,6 +37,7 @@ from ansible_collections.noderemedy.core.plugins.module_utils._fence import (
     PrivilegeError,
     RejectedError,
     UnreachableError,
+    login_arg_spec,
 )
 
 try:
@@ -52,21 +51,14 @@ except ImportError:  # pragma: no cover - exercised only without the library
     PYVMOMI_IMPORT_ERROR = traceback.format_exc()
     Disconnect = SmartConnect = vim = vmodl = None  # type: ignore[assignment]
 
+#: ``(name, present, import traceback)`` of the library, for ``_fence_module.fencing_module``.
+PYVMOMI_LIBRARY = ("pyvmomi", HAS_PYVMOMI, PYVMOMI_IMPORT_ERROR)
+
 #: vSphere connection options; documented 1:1 by ``doc_fragments/vmware.py`` (fence_vmware_soap names).
 VMWARE_ARG_SPEC: dict[str, dict[str, Any]] = {
-    "ipaddr": {"type": "str", "required": True, "aliases": ["ip"]},
-    "ipport": {"type": "int", "default": 443},
-    "username": {
-        "type": "str",
-        "aliases": ["login"],
-        "fallback": (env_fallback, ["NODEREMEDY_VMWARE_USERNAME", "VMWARE_USER"]),
-    },
-    "password": {
-        "type": "str",
-        "no_log": True,
-        "aliases": ["passwd"],
-        "fallback": (env_fallback, ["NODEREMEDY_VMWARE_PASSWORD", "VMWARE_PASSWORD"]),
-    },
+    **login_arg_spec(
+        443, ["NODEREMEDY_VMWARE_USERNAME", "VMWARE_USER"], ["NODEREMEDY_VMWARE_PASSWORD", "VMWARE_PASSWORD"]
+    ),
     "ssl_insecure": {"type": "bool", "default": False},
     "ca_path": {"type": "path"},
     "plug": {"type": "str", "required": True, "aliases": ["vm"]},

@@ -151,46 +151,42 @@ fence:
 """
 
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
-
 from ansible_collections.noderemedy.core.plugins.module_utils._aws import (  # noqa: E402
     AWS_ARG_SPEC,
-    BOTO3_IMPORT_ERROR,
-    HAS_BOTO3,
+    BOTO3_LIBRARY,
     AwsInstanceDriver,
     instance_from_provider_id,
     provider_id_of_node,
     region_of_zone,
 )
 from ansible_collections.noderemedy.core.plugins.module_utils._fence import (  # noqa: E402
-    FENCE_ARG_SPEC,
-    power_result,
-    run_driver,
+    POWER_STATE_ARG_SPEC,
     timing,
     unverified,
 )
-from ansible_collections.noderemedy.core.plugins.module_utils._secret import (  # noqa: E402
-    CREDENTIALS_SECRET_ARGSPEC,
-    apply_credentials_secret,
+from ansible_collections.noderemedy.core.plugins.module_utils._fence_module import (  # noqa: E402
+    exit_power,
+    fence,
+    fencing_module,
 )
+from ansible_collections.noderemedy.core.plugins.module_utils._secret import apply_credentials_secret  # noqa: E402
 
 #: Secret key -> option, for ``credentials_secret``.
 SECRET_KEYS = {"access_key": "access_key", "secret_key": "secret_key"}
 
 MODULE_ARG_SPEC = {
-    "state": {"type": "str", "required": True, "choices": ["on", "off", "reboot", "status"]},
+    **POWER_STATE_ARG_SPEC,
 }
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={**AWS_ARG_SPEC, **FENCE_ARG_SPEC, **CREDENTIALS_SECRET_ARGSPEC, **MODULE_ARG_SPEC},
-        supports_check_mode=True,
+    module = fencing_module(
+        AWS_ARG_SPEC,
+        MODULE_ARG_SPEC,
+        BOTO3_LIBRARY,
         mutually_exclusive=[("plug", "provider_id", "node")],
         required_one_of=[("plug", "provider_id", "node")],
     )
-    if not HAS_BOTO3:
-        module.fail_json(msg=missing_required_lib("boto3"), exception=BOTO3_IMPORT_ERROR)
     p = module.params
     target = (p["endpoint_url"] or "ec2").split("://")[-1]
 
@@ -202,6 +198,7 @@ def main() -> None:
         if provider_id:
             zone, instance = instance_from_provider_id(provider_id)
             region = region or region_of_zone(zone)
+        # The Secret is read once the instance is known, so a failure names it.
         apply_credentials_secret(module, SECRET_KEYS, unverified("aws", target, [instance]))
         return AwsInstanceDriver(
             instance_id=instance,
@@ -212,9 +209,8 @@ def main() -> None:
             **timing(p),
         )
 
-    fallback = unverified("aws", target, [p["plug"] or p["provider_id"] or p["node"]])
-    driver, res = run_driver(module, build, fallback)
-    module.exit_json(**power_result(res, driver.evidence(res), module._diff, instance_id=driver.instance_id))
+    driver, res = fence(module, "aws", target, [p["plug"] or p["provider_id"] or p["node"]], build, None)
+    exit_power(module, driver, res, instance_id=driver.instance_id)
 
 
 if __name__ == "__main__":

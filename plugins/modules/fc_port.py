@@ -177,27 +177,17 @@ fence:
 """
 
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
-
 from ansible_collections.noderemedy.core.plugins.module_utils._fc_switch import (  # noqa: E402
     FC_ARG_SPEC,
     WORDS,
     FcSwitchDriver,
 )
-from ansible_collections.noderemedy.core.plugins.module_utils._fence import (  # noqa: E402
-    FENCE_ARG_SPEC,
-    run_driver,
-    timing,
-    unverified,
-)
-from ansible_collections.noderemedy.core.plugins.module_utils._secret import (  # noqa: E402
-    CREDENTIALS_SECRET_ARGSPEC,
-    apply_credentials_secret,
-)
+from ansible_collections.noderemedy.core.plugins.module_utils._fence import timing  # noqa: E402
+from ansible_collections.noderemedy.core.plugins.module_utils._fence_module import fence, fencing_module  # noqa: E402
 from ansible_collections.noderemedy.core.plugins.module_utils._snmp import (  # noqa: E402
-    HAS_PYSNMP,
-    PYSNMP_IMPORT_ERROR,
+    PYSNMP_LIBRARY,
     SNMP_ARG_SPEC,
+    SNMP_SECRET_KEYS,
     client_from_params,
 )
 
@@ -211,27 +201,14 @@ MODULE_ARG_SPEC = {
 ACTIONS = {"enabled": "on", "disabled": "off", "status": "status"}
 
 
-#: Secret key -> option, for ``credentials_secret`` (SNMP v1/v2c: community; v3: user, keys).
-SECRET_KEYS = {
-    "community": "community",
-    "username": "username",
-    "password": "password",
-    "priv_password": "snmp_priv_passwd",
-}
-
-
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={**SNMP_ARG_SPEC, **FENCE_ARG_SPEC, **CREDENTIALS_SECRET_ARGSPEC, **MODULE_ARG_SPEC},
-        supports_check_mode=True,
-    )
-    if not HAS_PYSNMP:
-        module.fail_json(msg=missing_required_lib("pysnmp"), exception=PYSNMP_IMPORT_ERROR)
+    module = fencing_module(SNMP_ARG_SPEC, MODULE_ARG_SPEC, PYSNMP_LIBRARY)
     p = module.params
-    fallback = unverified("fc", f"{p['ipaddr']}:{p['ipport']}", p["plug"])
-    apply_credentials_secret(module, SECRET_KEYS, fallback)
-    driver, res = run_driver(
+    driver, res = fence(
         module,
+        "fc",
+        f"{p['ipaddr']}:{p['ipport']}",
+        p["plug"],
         lambda: FcSwitchDriver(
             client_from_params(p),
             p["plug"],
@@ -239,7 +216,7 @@ def main() -> None:
             verify_oper_status=p["verify_oper_status"],
             **timing(p),
         ),
-        fallback,
+        SNMP_SECRET_KEYS,
         lambda d: d.run(ACTIONS[p["state"]], check_mode=module.check_mode),
     )
     result = {

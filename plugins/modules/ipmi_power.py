@@ -167,48 +167,37 @@ fence:
 """
 
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
-
 from ansible_collections.noderemedy.core.plugins.module_utils._fence import (  # noqa: E402
-    FENCE_ARG_SPEC,
+    POWER_STATE_ARG_SPEC,
     power_result,
-    run_driver,
     timing,
-    unverified,
+)
+from ansible_collections.noderemedy.core.plugins.module_utils._fence_module import (  # noqa: E402
+    LOGIN_SECRET_KEYS,
+    fence,
+    fencing_module,
 )
 from ansible_collections.noderemedy.core.plugins.module_utils._ipmi import (  # noqa: E402
-    HAS_PYGHMI,
     IPMI_ARG_SPEC,
-    PYGHMI_IMPORT_ERROR,
+    PYGHMI_LIBRARY,
     IpmiDriver,
 )
-from ansible_collections.noderemedy.core.plugins.module_utils._secret import (  # noqa: E402
-    CREDENTIALS_SECRET_ARGSPEC,
-    apply_credentials_secret,
-)
-
-#: Secret key -> option, for ``credentials_secret``.
-SECRET_KEYS = {"username": "username", "password": "password"}
 
 MODULE_ARG_SPEC = {
-    "state": {"type": "str", "required": True, "choices": ["on", "off", "reboot", "status"]},
+    **POWER_STATE_ARG_SPEC,
     "method": {"type": "str", "default": "onoff", "choices": ["onoff", "cycle"]},
 }
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={**IPMI_ARG_SPEC, **FENCE_ARG_SPEC, **CREDENTIALS_SECRET_ARGSPEC, **MODULE_ARG_SPEC},
-        supports_check_mode=True,
-    )
-    if not HAS_PYGHMI:
-        module.fail_json(msg=missing_required_lib("pyghmi"), exception=PYGHMI_IMPORT_ERROR)
+    module = fencing_module(IPMI_ARG_SPEC, MODULE_ARG_SPEC, PYGHMI_LIBRARY)
     p = module.params
-    fallback = unverified("ipmi", f"{p['ipaddr']}:{p['ipport']}", ["chassis"])
-    apply_credentials_secret(module, SECRET_KEYS, fallback)
     cycle = p["state"] == "reboot" and p["method"] == "cycle"
-    driver, res = run_driver(
+    driver, res = fence(
         module,
+        "ipmi",
+        f"{p['ipaddr']}:{p['ipport']}",
+        ["chassis"],
         lambda: IpmiDriver(
             ipaddr=p["ipaddr"],
             ipport=p["ipport"],
@@ -218,7 +207,7 @@ def main() -> None:
             privlvl=p["privlvl"],
             **timing(p),
         ),
-        fallback,
+        LOGIN_SECRET_KEYS,
         (lambda d: d.cycle(check_mode=module.check_mode)) if cycle else None,
     )
     if cycle:

@@ -24,6 +24,7 @@ description:
 author:
   - noderemedy developers (@noderemedy)
 extends_documentation_fragment:
+  - noderemedy.core.node
   - noderemedy.core.kube_auth
   - ansible.builtin.action_common_attributes
 attributes:
@@ -36,12 +37,6 @@ attributes:
   platform:
     platforms: posix
 options:
-  name:
-    description:
-      - Name of the node.
-    type: str
-    required: true
-    aliases: [ node ]
   state:
     description:
       - V(drain) cordons the node and evicts its pods; V(cordon) only marks it unschedulable;
@@ -184,36 +179,24 @@ reason:
 
 import traceback  # noqa: E402
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
-
 from ansible_collections.noderemedy.core.plugins.module_utils._drain import (  # noqa: E402
     DRAIN_ARGSPEC,
     DrainError,
     run_node_drain,
 )
-from ansible_collections.noderemedy.core.plugins.module_utils._kube import (  # noqa: E402
-    HAS_KUBERNETES,
-    KUBE_AUTH_ARGSPEC,
-    KUBERNETES_IMPORT_ERROR,
-    KubeError,
-    get_api_client,
-)
+from ansible_collections.noderemedy.core.plugins.module_utils._kube import KubeError, get_api_client  # noqa: E402
+from ansible_collections.noderemedy.core.plugins.module_utils._kube_module import exit_with_diff, kube_module  # noqa: E402
 
 
 def main() -> None:
-    module = AnsibleModule(argument_spec={**KUBE_AUTH_ARGSPEC, **DRAIN_ARGSPEC}, supports_check_mode=True)
-    if not HAS_KUBERNETES:
-        module.fail_json(msg=missing_required_lib("kubernetes"), exception=KUBERNETES_IMPORT_ERROR)
+    module = kube_module(DRAIN_ARGSPEC)
     try:
         result = run_node_drain(get_api_client(module.params), module.params, check_mode=module.check_mode)
     except KubeError as exc:
         extra = exc.result.to_dict() if isinstance(exc, DrainError) else {"node": module.params["name"]}
         extra.setdefault("changed", False)
         module.fail_json(msg=exc.message, reason=exc.reason, exception=traceback.format_exc(), **extra)
-    diff = result.pop("diff")
-    if module._diff:
-        result["diff"] = diff
-    module.exit_json(**result)
+    exit_with_diff(module, result)
 
 
 if __name__ == "__main__":

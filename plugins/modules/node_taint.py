@@ -29,6 +29,7 @@ description:
 author:
   - noderemedy developers (@noderemedy)
 extends_documentation_fragment:
+  - noderemedy.core.node
   - noderemedy.core.kube_auth
   - ansible.builtin.action_common_attributes
 attributes:
@@ -41,12 +42,6 @@ attributes:
   platform:
     platforms: posix
 options:
-  name:
-    description:
-      - Name of the node.
-    type: str
-    required: true
-    aliases: [ node ]
   state:
     description:
       - V(present) adds the taints, V(absent) removes them.
@@ -251,32 +246,20 @@ reason:
 
 import traceback  # noqa: E402
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
-
-from ansible_collections.noderemedy.core.plugins.module_utils._kube import (  # noqa: E402
-    HAS_KUBERNETES,
-    KUBE_AUTH_ARGSPEC,
-    KUBERNETES_IMPORT_ERROR,
-    KubeError,
-    get_api_client,
-)
+from ansible_collections.noderemedy.core.plugins.module_utils._kube import KubeError, get_api_client  # noqa: E402
+from ansible_collections.noderemedy.core.plugins.module_utils._kube_module import exit_with_diff, kube_module  # noqa: E402
 from ansible_collections.noderemedy.core.plugins.module_utils._taint import TAINT_ARGSPEC, run_node_taint  # noqa: E402
 
 
 def main() -> None:
-    module = AnsibleModule(argument_spec={**KUBE_AUTH_ARGSPEC, **TAINT_ARGSPEC}, supports_check_mode=True)
-    if not HAS_KUBERNETES:
-        module.fail_json(msg=missing_required_lib("kubernetes"), exception=KUBERNETES_IMPORT_ERROR)
+    module = kube_module(TAINT_ARGSPEC)
     try:
         result = run_node_taint(get_api_client(module.params), module.params, check_mode=module.check_mode)
     except KubeError as exc:
         module.fail_json(
             msg=exc.message, reason=exc.reason, node=module.params["name"], exception=traceback.format_exc()
         )
-    diff = result.pop("diff")
-    if module._diff:
-        result["diff"] = diff
-    module.exit_json(**result)
+    exit_with_diff(module, result)
 
 
 if __name__ == "__main__":

@@ -227,58 +227,40 @@ fence:
 """
 
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
-
 from ansible_collections.noderemedy.core.plugins.module_utils._fence import (  # noqa: E402
-    FENCE_ARG_SPEC,
-    run_driver,
+    POWER_STATE_ARG_SPEC,
+    power_result,
     timing,
-    unverified,
 )
+from ansible_collections.noderemedy.core.plugins.module_utils._fence_module import fence, fencing_module  # noqa: E402
 from ansible_collections.noderemedy.core.plugins.module_utils._pdu import (  # noqa: E402
     PDU_ARG_SPEC,
     PROFILES,
     PduDriver,
     generic_profile,
 )
-from ansible_collections.noderemedy.core.plugins.module_utils._secret import (  # noqa: E402
-    CREDENTIALS_SECRET_ARGSPEC,
-    apply_credentials_secret,
-)
 from ansible_collections.noderemedy.core.plugins.module_utils._snmp import (  # noqa: E402
-    HAS_PYSNMP,
-    PYSNMP_IMPORT_ERROR,
+    PYSNMP_LIBRARY,
     SNMP_ARG_SPEC,
+    SNMP_SECRET_KEYS,
     client_from_params,
 )
 
 MODULE_ARG_SPEC = {
     "plug": {"type": "list", "elements": "str", "required": True, "aliases": ["port", "outlets"]},
-    "state": {"type": "str", "required": True, "choices": ["on", "off", "reboot", "status"]},
+    **POWER_STATE_ARG_SPEC,
     **PDU_ARG_SPEC,
 }
 
 
-#: Secret key -> option, for ``credentials_secret`` (SNMP v1/v2c: community; v3: user, keys).
-SECRET_KEYS = {
-    "community": "community",
-    "username": "username",
-    "password": "password",
-    "priv_password": "snmp_priv_passwd",
-}
-
-
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={**SNMP_ARG_SPEC, **FENCE_ARG_SPEC, **CREDENTIALS_SECRET_ARGSPEC, **MODULE_ARG_SPEC},
-        supports_check_mode=True,
+    module = fencing_module(
+        SNMP_ARG_SPEC,
+        MODULE_ARG_SPEC,
+        PYSNMP_LIBRARY,
         required_if=[("profile", "generic", ["status_oid"])],
     )
-    if not HAS_PYSNMP:
-        module.fail_json(msg=missing_required_lib("pysnmp"), exception=PYSNMP_IMPORT_ERROR)
     p = module.params
-    fallback = unverified("pdu", f"{p['ipaddr']}:{p['ipport']}", p["plug"])
-    apply_credentials_secret(module, SECRET_KEYS, fallback)
 
     def build() -> PduDriver:
         if p["profile"] == "generic":
@@ -295,17 +277,10 @@ def main() -> None:
             profile = None if p["profile"] == "auto" else PROFILES[p["profile"]]
         return PduDriver(client_from_params(p), p["plug"], profile, **timing(p))
 
-    driver, res = run_driver(module, build, fallback)
-    result = {
-        "changed": res.changed,
-        "profile": driver.profile.name,
-        "power_state_before": res.state_before,
-        "power_state": res.state_after,
-        "outlets": driver.outlet_report(res),
-        "verify_seconds": res.verify_seconds,
-        "attempts": res.attempts,
-        "fence": driver.evidence(res),
-    }
+    driver, res = fence(module, "pdu", f"{p['ipaddr']}:{p['ipport']}", p["plug"], build, SNMP_SECRET_KEYS)
+    result = power_result(
+        res, driver.evidence(res), False, profile=driver.profile.name, outlets=driver.outlet_report(res)
+    )
     if module._diff:
         result["diff"] = {"before": {"outlets": res.before}, "after": {"outlets": res.after}}
     module.exit_json(**result)

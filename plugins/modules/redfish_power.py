@@ -155,51 +155,37 @@ fence:
 """
 
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
-
-from ansible_collections.noderemedy.core.plugins.module_utils._fence import (  # noqa: E402
-    FENCE_ARG_SPEC,
-    power_result,
-    run_driver,
-    timing,
-    unverified,
+from ansible_collections.noderemedy.core.plugins.module_utils._fence import POWER_STATE_ARG_SPEC, timing  # noqa: E402
+from ansible_collections.noderemedy.core.plugins.module_utils._fence_module import (  # noqa: E402
+    LOGIN_SECRET_KEYS,
+    exit_power,
+    fence,
+    fencing_module,
 )
 from ansible_collections.noderemedy.core.plugins.module_utils._redfish import (  # noqa: E402
-    HAS_SUSHY,
     REDFISH_ARG_SPEC,
-    SUSHY_IMPORT_ERROR,
+    SUSHY_LIBRARY,
     RedfishDriver,
 )
-from ansible_collections.noderemedy.core.plugins.module_utils._secret import (  # noqa: E402
-    CREDENTIALS_SECRET_ARGSPEC,
-    apply_credentials_secret,
-)
-
-#: Secret key -> option, for ``credentials_secret``.
-SECRET_KEYS = {"username": "username", "password": "password"}
 
 MODULE_ARG_SPEC = {
-    "state": {"type": "str", "required": True, "choices": ["on", "off", "reboot", "status"]},
+    **POWER_STATE_ARG_SPEC,
 }
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={**REDFISH_ARG_SPEC, **FENCE_ARG_SPEC, **CREDENTIALS_SECRET_ARGSPEC, **MODULE_ARG_SPEC},
-        supports_check_mode=True,
+    module = fencing_module(
+        REDFISH_ARG_SPEC,
+        MODULE_ARG_SPEC,
+        SUSHY_LIBRARY,
         mutually_exclusive=[("systems_uri", "plug"), ("ssl_insecure", "ca_path")],
     )
-    if not HAS_SUSHY:
-        module.fail_json(msg=missing_required_lib("sushy"), exception=SUSHY_IMPORT_ERROR)
     p = module.params
-    fallback = unverified(
+    driver, res = fence(
+        module,
         "redfish",
         f"{p['ipaddr']}:{p['ipport'] or (443 if p['ssl'] else 80)}",
         [p["systems_uri"] or p["plug"] or "system"],
-    )
-    apply_credentials_secret(module, SECRET_KEYS, fallback)
-    driver, res = run_driver(
-        module,
         lambda: RedfishDriver(
             ipaddr=p["ipaddr"],
             username=p["username"],
@@ -213,9 +199,9 @@ def main() -> None:
             plug=p["plug"],
             **timing(p),
         ),
-        fallback,
+        LOGIN_SECRET_KEYS,
     )
-    module.exit_json(**power_result(res, driver.evidence(res), module._diff, systems_uri=driver.resolved_uri))
+    exit_power(module, driver, res, systems_uri=driver.resolved_uri)
 
 
 if __name__ == "__main__":

@@ -84,28 +84,19 @@ reason:
 
 import traceback  # noqa: E402
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
-
-from ansible_collections.noderemedy.core.plugins.module_utils._kube import (  # noqa: E402
-    HAS_KUBERNETES,
-    KUBE_AUTH_ARGSPEC,
-    KUBERNETES_IMPORT_ERROR,
-    KubeError,
-    get_api_client,
-)
+from ansible_collections.noderemedy.core.plugins.module_utils._kube import KubeError, get_api_client  # noqa: E402
+from ansible_collections.noderemedy.core.plugins.module_utils._kube_module import kube_module  # noqa: E402
 from ansible_collections.noderemedy.core.plugins.module_utils._secret import read_secret  # noqa: E402
 
 
 def main():
-    argument_spec = dict(
-        name=dict(type="str", required=True),
-        namespace=dict(type="str", required=True),
-        keys=dict(type="list", elements="str", no_log=False),
+    module = kube_module(
+        dict(
+            name=dict(type="str", required=True),
+            namespace=dict(type="str", required=True),
+            keys=dict(type="list", elements="str", no_log=False),
+        )
     )
-    argument_spec.update(KUBE_AUTH_ARGSPEC)
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
-    if not HAS_KUBERNETES:
-        module.fail_json(msg=missing_required_lib("kubernetes"), exception=KUBERNETES_IMPORT_ERROR)
     p = module.params
     try:
         data = read_secret(get_api_client(p), p["name"], p["namespace"], p["keys"])

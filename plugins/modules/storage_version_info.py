@@ -98,15 +98,12 @@ this_apiserver_id:
 
 import traceback  # noqa: E402
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
-
 from ansible_collections.noderemedy.core.plugins.module_utils._kube import (  # noqa: E402
-    HAS_KUBERNETES,
     KUBE_AUTH_ARGSPEC,
-    KUBERNETES_IMPORT_ERROR,
     KubeError,
     get_api_client,
 )
+from ansible_collections.noderemedy.core.plugins.module_utils._kube_module import kube_module  # noqa: E402
 from ansible_collections.noderemedy.core.plugins.module_utils._storage_version import (  # noqa: E402
     StorageVersionError,
     info,
@@ -114,19 +111,16 @@ from ansible_collections.noderemedy.core.plugins.module_utils._storage_version i
 
 
 def argument_spec() -> dict:
-    """The module's argspec: its own options plus the kube auth group."""
-    spec = dict(
-        apiserver_id=dict(type="str"),
-        resources=dict(type="list", elements="str"),
-    )
-    spec.update(KUBE_AUTH_ARGSPEC)
-    return spec
+    """The module's argspec: its own options plus the kube auth group (as ``kube_module`` adds it)."""
+    return {
+        "apiserver_id": {"type": "str"},
+        "resources": {"type": "list", "elements": "str"},
+        **KUBE_AUTH_ARGSPEC,
+    }
 
 
 def main() -> None:
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-    if not HAS_KUBERNETES:
-        module.fail_json(msg=missing_required_lib("kubernetes"), exception=KUBERNETES_IMPORT_ERROR)
+    module = kube_module(argument_spec())
     try:
         result = info(
             lambda: get_api_client(module.params), module.params["apiserver_id"], module.params["resources"]

@@ -137,47 +137,37 @@ fence:
 """
 
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
-
-from ansible_collections.noderemedy.core.plugins.module_utils._fence import (  # noqa: E402
-    FENCE_ARG_SPEC,
-    power_result,
-    run_driver,
-    timing,
-    unverified,
-)
-from ansible_collections.noderemedy.core.plugins.module_utils._secret import (  # noqa: E402
-    CREDENTIALS_SECRET_ARGSPEC,
-    apply_credentials_secret,
+from ansible_collections.noderemedy.core.plugins.module_utils._fence import POWER_STATE_ARG_SPEC, timing  # noqa: E402
+from ansible_collections.noderemedy.core.plugins.module_utils._fence_module import (  # noqa: E402
+    LOGIN_SECRET_KEYS,
+    exit_power,
+    fence,
+    fencing_module,
 )
 from ansible_collections.noderemedy.core.plugins.module_utils._vmware import (  # noqa: E402
-    HAS_PYVMOMI,
-    PYVMOMI_IMPORT_ERROR,
+    PYVMOMI_LIBRARY,
     VMWARE_ARG_SPEC,
     VmwareVmDriver,
 )
 
-#: Secret key -> option, for ``credentials_secret``.
-SECRET_KEYS = {"username": "username", "password": "password"}
-
 MODULE_ARG_SPEC = {
-    "state": {"type": "str", "required": True, "choices": ["on", "off", "reboot", "status"]},
+    **POWER_STATE_ARG_SPEC,
 }
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={**VMWARE_ARG_SPEC, **FENCE_ARG_SPEC, **CREDENTIALS_SECRET_ARGSPEC, **MODULE_ARG_SPEC},
-        supports_check_mode=True,
+    module = fencing_module(
+        VMWARE_ARG_SPEC,
+        MODULE_ARG_SPEC,
+        PYVMOMI_LIBRARY,
         mutually_exclusive=[("ssl_insecure", "ca_path")],
     )
-    if not HAS_PYVMOMI:
-        module.fail_json(msg=missing_required_lib("pyvmomi"), exception=PYVMOMI_IMPORT_ERROR)
     p = module.params
-    fallback = unverified("vmware", f"{p['ipaddr']}:{p['ipport']}", [p["plug"]])
-    apply_credentials_secret(module, SECRET_KEYS, fallback)
-    driver, res = run_driver(
+    driver, res = fence(
         module,
+        "vmware",
+        f"{p['ipaddr']}:{p['ipport']}",
+        [p["plug"]],
         lambda: VmwareVmDriver(
             ipaddr=p["ipaddr"],
             username=p["username"],
@@ -188,9 +178,9 @@ def main() -> None:
             ca_path=p["ca_path"],
             **timing(p),
         ),
-        fallback,
+        LOGIN_SECRET_KEYS,
     )
-    module.exit_json(**power_result(res, driver.evidence(res), module._diff))
+    exit_power(module, driver, res)
 
 
 if __name__ == "__main__":

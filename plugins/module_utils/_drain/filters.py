@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ansible_collections.noderemedy.core.plugins.module_utils._kube import KubeError
+from ansible_collections.noderemedy.core.plugins.module_utils._kube import NODE_ARGSPEC, KubeError
 
 MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
 
@@ -46,7 +46,7 @@ FINISHED_PHASES = ("Succeeded", "Failed")
 
 #: Options of ``noderemedy.core.node_drain`` besides the auth options (kubectl drain's flag names).
 DRAIN_ARGSPEC: dict[str, dict[str, Any]] = {
-    "name": {"type": "str", "required": True, "aliases": ["node"]},
+    **NODE_ARGSPEC,
     "state": {"type": "str", "default": "drain", "choices": ["cordon", "drain", "uncordon"]},
     "force": {"type": "bool", "default": False},
     "ignore_daemonsets": {"type": "bool", "default": False},

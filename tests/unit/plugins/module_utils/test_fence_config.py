@@ -16,6 +16,7 @@ from ansible_collections.noderemedy.core.plugins.module_utils import (
     _fence,
     _ipmi,
     _kdump,
+    _kube,
     _pdu,
     _redfish,
     _snmp,
@@ -280,6 +281,7 @@ def _same(spec: dict, doc: dict, name: str) -> None:
         ("aws", _aws.AWS_ARG_SPEC),
         ("vmware", _vmware.VMWARE_ARG_SPEC),
         ("kdump", _kdump.KDUMP_ARG_SPEC),
+        ("node", _kube.NODE_ARGSPEC),
     ],
 )
 def test_doc_fragment_is_one_to_one_with_its_argspec(fragment: str, spec: dict) -> None:
