@@ -99,6 +99,9 @@ def scenario(
     """Run web-0 on ``node``, ``fail`` the node, fence it with a NodeFence; returns the figures.
     ``on_power_off`` runs once when the fence has powered the node off (the BMC's power file)."""
     other = next(n for n in REAL if n != node)
+    # web-0 only prefers ``node``: the scheduler takes the other node while ``node`` is still coming
+    # back from an earlier test (Ready, its taints gone), so both are waited for first
+    wait_for(lambda: real_nodes_schedulable(lab), 180, "the real nodes Ready and untainted")
     apply(lab, tmp, web(ns, node))
     first = wait_for(
         lambda: (p := web0(lab, ns)) and p["status"].get("phase") == "Running" and p, 120, "web-0"

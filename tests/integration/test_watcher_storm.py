@@ -60,7 +60,7 @@ def test_two_of_three_down_is_a_storm_then_fencing_resumes_after_cooldown(
     n0, n1, n2 = lab.info["nodes"]
     r = Runner(lab, namespace, tmp_path, "--detect-only", config=write_config(tmp_path, CONFIG))
     runners.append(r)
-    wait_for(lambda: r.metric("noderemedy_selected_nodes", {"configuration": "lab"}) == 3, 30, "first pass")
+    wait_for(lambda: r.metric("noderemedy_selected_nodes", {"configuration": "lab"}) == 3, 90, "first pass")
     first = wait_for(lambda: condition(storm_status(api, namespace)), 15, "the storm condition")
     assert (first["status"], first["reason"]) == ("False", "WithinLimit")
 

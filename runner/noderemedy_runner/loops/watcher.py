@@ -97,6 +97,9 @@ class _Worker:
     cancel: threading.Event = field(default_factory=threading.Event)
     due: float = 0.0
     resource_version: str = ""
+    #: the object's ``deletionTimestamp`` was seen (a finalizer holds it): its flow's run, if one
+    #: was in flight, was canceled once, and the cleanup then runs with a fresh cancel event
+    deleting: bool = False
 
 
 class Watcher:
@@ -239,10 +242,18 @@ class Watcher:
 
     def list_keys(self) -> dict[Key, str]:
         """Every custom resource to reconcile → its resourceVersion."""
+        return self._list()[0]
+
+    def _list(self) -> tuple[dict[Key, str], set[Key]]:
+        """:meth:`list_keys`, and the NodeFences being deleted (``deletionTimestamp`` set while our
+        finalizer holds them)."""
         out: dict[Key, str] = {}
+        deleting: set[Key] = set()
         for obj in self.kube.list_custom(NODEFENCE):
             meta = obj.get("metadata") or {}
-            out[("NodeFence", "", str(meta.get("name")))] = str(meta.get("resourceVersion", ""))
+            out[key := ("NodeFence", "", str(meta.get("name")))] = str(meta.get("resourceVersion", ""))
+            if meta.get("deletionTimestamp"):
+                deleting.add(key)
         for obj in self.kube.list_custom(METAL3REMEDIATION):
             meta = obj.get("metadata") or {}
             try:
@@ -252,7 +263,7 @@ class Watcher:
             if mine:
                 key = ("Metal3Remediation", str(meta.get("namespace")), str(meta.get("name")))
                 out[key] = str(meta.get("resourceVersion", ""))
-        return out
+        return out, deleting
 
     def reconcile_key(self, key: Key, cancel: threading.Event | None = None) -> float | None:
         """Reconcile one custom resource; the delay before the next reconcile (None: none needed).
@@ -285,8 +296,10 @@ class Watcher:
         worker.thread.start()
 
     def poll(self) -> None:
-        """One round of :meth:`run`: start due workers, cancel those whose resource is gone."""
-        keys = self.list_keys()
+        """One round of :meth:`run`: start due workers, cancel those whose resource is gone, and
+        cancel the fencing flow's run in flight of a NodeFence being deleted: the deletion's cleanup
+        (loops/deletion.py) takes over from where the flow stopped, with a fresh cancel event."""
+        keys, deleting = self._list()
         now = time.monotonic()
         for key, worker in list(self._workers.items()):
             if key not in keys:
@@ -300,8 +313,14 @@ class Watcher:
         for key, rv in keys.items():
             worker = self._workers.setdefault(key, _Worker())
             busy = worker.thread is not None and worker.thread.is_alive()
+            if key in deleting and not worker.deleting:
+                worker.deleting = True
+                if busy:
+                    worker.cancel.set()
             if busy:
                 continue
+            if worker.deleting and worker.cancel.is_set():
+                worker.cancel = threading.Event()
             if now >= worker.due or rv != worker.resource_version:
                 worker.resource_version = rv
                 self._start(key, worker)
