@@ -40,15 +40,20 @@ COMPUTE = ("lab-node-0", "lab-node-1", "lab-node-2")  # 1 of 3 unhealthy: within
 
 @pytest.fixture
 def compute_nodes(lab_kube: Any, api: client.ApiClient, fence_ns: FenceNamespace) -> Iterator[None]:  # noqa: F811
-    """The example's ``type=compute`` on three kwok nodes; afterwards unlabelled, NODE Ready again,
-    NodeFences and the remedy Jobs gone."""
+    """The example's ``type=compute`` on three kwok nodes; afterwards their own ``type`` label back
+    (the lab's ``type=kwok``, which later tests select on), NODE Ready again, NodeFences and the
+    remedy Jobs gone."""
+    core = client.CoreV1Api(api)
+    before = {node: (core.read_node(node).metadata.labels or {}).get("type") for node in COMPUTE}
     for node in COMPUTE:
         lab_kube.kubectl("label", "node", node, "type=compute", "--overwrite", check=True)
     yield
     delete_nodefences(api)
     client.BatchV1Api(api).delete_collection_namespaced_job(fence_ns.name, propagation_policy="Background")
-    for node in COMPUTE:
-        lab_kube.kubectl("label", "node", node, "type-", check=True)
+    for node, value in before.items():
+        lab_kube.kubectl(
+            "label", "node", node, f"type={value}" if value else "type-", "--overwrite", check=True
+        )
     conditions.release(lab_kube, NODE)
     lab_kube.wait_nodes([NODE], "True", 90)
 
