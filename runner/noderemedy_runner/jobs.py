@@ -49,6 +49,7 @@ from noderemedy_runner.kube.client import api
 from noderemedy_runner.kube.errors import KubeError, NotFound
 from noderemedy_runner.kube.resources import NODEFENCE, read_json
 from noderemedy_runner.machines.actions import Action
+from noderemedy_runner.playbooks import playbook_root
 
 log = logging.getLogger(__name__)
 
@@ -621,8 +622,6 @@ def job_run(playbook_dir: Path | None = None, data_dir: Path = Path("/tmp/nodere
     """The remediation pod's side (``noderemedy-runner --job-run``): run ``$NODEREMEDY_JOB`` with
     the in-process :class:`Executor`, write the outcome to :data:`TERMINATION_LOG`, and exit 0 when
     the run succeeded, 1 when it did not, 2 when the description is unusable."""
-    from noderemedy_runner.loops.watcher import playbook_root
-
     try:
         run = json.loads(os.environ[JOB_ENV])
         action = Action(kind="none", playbook=str(run["playbook"]), extravars=dict(run["extravars"]))

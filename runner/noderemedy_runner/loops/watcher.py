@@ -16,7 +16,6 @@ without the detector).
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Mapping
@@ -28,7 +27,7 @@ from kubernetes import client
 
 from noderemedy_runner.config.fence import CloudDefaults
 from noderemedy_runner.config.remedy import ConfigurationSet
-from noderemedy_runner.executor import RUN_NICE, Executor, link_collection
+from noderemedy_runner.executor import RUN_NICE, Executor
 from noderemedy_runner.jobs import JobExecutor, JobRuns
 from noderemedy_runner.kube.informer import Informer
 from noderemedy_runner.kube.resources import CRD, METAL3REMEDIATION, NODEFENCE, KubeIO
@@ -42,53 +41,11 @@ from noderemedy_runner.machines.health import HealthObserver
 from noderemedy_runner.machines.metal3 import LabelSelector, opted_in
 from noderemedy_runner.machines.nodefence import NodeFencePolicy
 from noderemedy_runner.observer import NullObserver, Observer
+from noderemedy_runner.playbooks import playbook_root
 
 log = logging.getLogger(__name__)
 
-#: The checkout this package runs from, when it is one (the collection root: playbooks/, roles/).
-CHECKOUT_ROOT = Path(__file__).resolve().parents[3]
-
 Key = tuple[str, str, str]  # (kind, namespace, name)
-
-
-def installed_collection_root() -> Path | None:
-    """The installed ``noderemedy.core`` (as in the remediation pod image): the first
-    ``ansible_collections/noderemedy/core`` with a ``playbooks`` directory on
-    ``ANSIBLE_COLLECTIONS_PATH`` (colon-separated) or, without it, ansible-core's default
-    collections paths (``~/.ansible/collections``, ``/usr/share/ansible/collections``); else None."""
-    env = os.environ.get("ANSIBLE_COLLECTIONS_PATH") or os.environ.get("ANSIBLE_COLLECTIONS_PATHS")
-    paths = env.split(os.pathsep) if env else ["~/.ansible/collections", "/usr/share/ansible/collections"]
-    for base in paths:
-        root = Path(base).expanduser() / "ansible_collections" / "noderemedy" / "core"
-        if (root / "playbooks").is_dir():
-            return root
-    return None
-
-
-def default_collection_root() -> Path | None:
-    """The checkout to use as ``noderemedy.core`` when running from a source tree, else None
-    (the collection is installed, as in the pod image)."""
-    root = CHECKOUT_ROOT
-    return root if (root / "galaxy.yml").is_file() and (root / "playbooks").is_dir() else None
-
-
-def playbook_root(playbook_dir: Path | None, data_dir: Path) -> tuple[Path, Path | None]:
-    """Where the runs' playbooks are, and the ``ANSIBLE_COLLECTIONS_PATH`` that makes
-    ``noderemedy.core`` importable: ``playbook_dir`` if given, else a checkout's ``playbooks/``
-    (linked as a collection under ``data_dir/collections``), else the installed collection's
-    (the pod image; collections path None: ansible's default). Raises ValueError when there is
-    neither."""
-    root = default_collection_root()
-    collections = link_collection(data_dir / "collections", root) if root is not None else None
-    if playbook_dir is not None:
-        return playbook_dir, collections
-    playbooks = root or installed_collection_root()
-    if playbooks is None:
-        raise ValueError(
-            "playbook_dir is required when running neither from a checkout nor with "
-            "noderemedy.core installed in a collections path"
-        )
-    return playbooks / "playbooks", collections
 
 
 @dataclass
