@@ -53,7 +53,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from noderemedy_runner.machines.actions import Step
+from noderemedy_runner.vocabulary import Step
 
 DeviceType = Literal["ipmi", "redfish", "aws", "vmware", "kdump", "pdu", "fc", "node"]
 

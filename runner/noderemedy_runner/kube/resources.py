@@ -24,7 +24,7 @@ from noderemedy_runner.kube import retry
 from noderemedy_runner.kube.client import api
 from noderemedy_runner.kube.errors import KubeError, NotFound
 from noderemedy_runner.kube.events import EventRecorder
-from noderemedy_runner.machines.conditions import parse_time
+from noderemedy_runner.times import parse_time
 
 #: (group, version, plural, kind) of the custom resources the runner reads or writes.
 CRD = tuple[str, str, str, str]

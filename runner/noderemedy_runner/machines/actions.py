@@ -40,6 +40,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from noderemedy_runner.vocabulary import STEPS as STEPS
+from noderemedy_runner.vocabulary import Step as Step
+
 ActionKind = Literal[
     "write_status",
     "run_step",
@@ -55,9 +58,6 @@ ActionKind = Literal[
     "none",
 ]
 
-#: NodeFence steps (node remedy seed: "isolation", "power-management", "recovery").
-Step = Literal["Isolation", "PowerManagement", "Recovery"]
-STEPS: tuple[Step, ...] = ("Isolation", "PowerManagement", "Recovery")
 
 #: The out-of-service taint of KEP-2268 (GA in Kubernetes 1.28).
 OUT_OF_SERVICE_TAINT_KEY = "node.kubernetes.io/out-of-service"

@@ -1,4 +1,4 @@
-"""metav1.Condition values and the pure helper that sets one, plus RFC 3339 time conversion.
+"""metav1.Condition values and the pure helper that sets one (RFC 3339 times: :mod:`noderemedy_runner.times`).
 
 Shape (Kubernetes API conventions, ``k8s.io/apimachinery/pkg/apis/meta/v1.Condition``)::
 
@@ -14,8 +14,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 from typing import Any, Literal
+
+from noderemedy_runner.times import format_time as format_time
+from noderemedy_runner.times import parse_time as parse_time
 
 ConditionStatus = Literal["True", "False", "Unknown"]
 CONDITION_STATUSES: tuple[ConditionStatus, ...] = ("True", "False", "Unknown")
@@ -27,28 +29,6 @@ _TYPE_RE = re.compile(
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
     r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"
 )
-
-
-def format_time(seconds: float) -> str:
-    """RFC 3339 UTC string (``YYYY-MM-DDTHH:MM:SSZ``) for ``seconds`` since the epoch (truncated)."""
-    return datetime.fromtimestamp(int(seconds), tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_time(value: str) -> float:
-    """Seconds since the epoch from an RFC 3339 string (``Z`` or an offset; fractions allowed).
-
-    Raises ValueError naming the value when it is not RFC 3339.
-    """
-    text = value.strip()
-    if text.endswith(("Z", "z")):
-        text = text[:-1] + "+00:00"
-    try:
-        parsed = datetime.fromisoformat(text)
-    except ValueError as exc:
-        raise ValueError(f"not an RFC 3339 time: {value!r}") from exc
-    if parsed.tzinfo is None:
-        raise ValueError(f"RFC 3339 time without a zone offset: {value!r}")
-    return parsed.timestamp()
 
 
 @dataclass(frozen=True)
