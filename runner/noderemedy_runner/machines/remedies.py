@@ -9,7 +9,7 @@ remedy** (a ``remedyConfigs`` ``podTemplate``, run once as a Job with the node p
 pod remedy (the default, and every NodeFence made by hand) is the fence flow alone and leaves no
 trace here.
 
-Per pod remedy (``status.remedy``: :class:`RemedyStatus`)::
+Per pod remedy (``status.remedy``: :class:`~noderemedy_runner.machines.fencestatus.RemedyStatus`)::
 
     start      node NotReady for the grace period → status.remedy {name, startTime,
                timeoutSeconds = period, job, result Running} is written, then its Job runs
@@ -34,14 +34,19 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any
 
 from noderemedy_runner.machines import actions as act
 from noderemedy_runner.machines.actions import Action
-from noderemedy_runner.machines.conditions import format_time, parse_time, set_condition
-
-if TYPE_CHECKING:
-    from noderemedy_runner.machines.nodefence import NodeFenceObservations, NodeFenceStatus
+from noderemedy_runner.machines.conditions import set_condition
+from noderemedy_runner.machines.fencestatus import (
+    RESULTS,
+    NodeFenceObservations,
+    NodeFenceStatus,
+    PodRemedyResult,
+    RemedyResult,
+    RemedyStatus,
+)
 
 #: NodeFence annotation: the remedy chain the detector chose (JSON list of chain entries).
 CHAIN_ANNOTATION = "remediation.noderemedy.io/remedy-chain"
@@ -56,9 +61,6 @@ REMEDY_NOT_FOUND = "RemedyNotFound"
 HEALTH_RECHECK_SECONDS = 5.0
 #: Longest message copied into a condition.
 MAX_MESSAGE = 1024
-
-RemedyResult = Literal["Running", "Succeeded", "Failed", "TimedOut"]
-RESULTS: tuple[RemedyResult, ...] = ("Running", "Succeeded", "Failed", "TimedOut")
 
 
 class ChainError(ValueError):
@@ -119,65 +121,6 @@ def remedy_job_name(nodefence: str, remedy: str) -> str:
     if len(name) <= 63:
         return name
     return f"{name[:52].rstrip('-')}-{hashlib.sha256(name.encode()).hexdigest()[:10]}"
-
-
-@dataclass(frozen=True)
-class RemedyStatus:
-    """``status.remedy``: the current remedy ``name`` and its ``index`` in the chain,
-    ``start_time`` (seconds), ``timeout`` (its period in seconds, None: unbounded), ``job`` (the
-    Job of a pod remedy; ``""`` for the fence flow), ``result`` and ``message``."""
-
-    name: str
-    index: int
-    start_time: float
-    timeout: float | None = None
-    job: str = ""
-    result: RemedyResult = "Running"
-    message: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON shape in ``status.remedy``."""
-        out: dict[str, Any] = {
-            "name": self.name,
-            "index": self.index,
-            "startTime": format_time(self.start_time),
-            "result": self.result,
-        }
-        if self.timeout is not None:
-            out["timeoutSeconds"] = self.timeout
-        if self.job:
-            out["job"] = self.job
-        if self.message:
-            out["message"] = self.message
-        return out
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> RemedyStatus:
-        """Inverse of :meth:`to_dict`; ValueError naming the field."""
-        result = data.get("result", "Running")
-        if result not in RESULTS:
-            raise ValueError(f"status.remedy.result {result!r} not in {RESULTS}")
-        timeout = data.get("timeoutSeconds")
-        return cls(
-            str(data["name"]),
-            int(data.get("index", 0)),
-            parse_time(str(data["startTime"])),
-            float(timeout) if timeout is not None else None,
-            str(data.get("job", "")),
-            result,
-            str(data.get("message", "")),
-        )
-
-
-@dataclass(frozen=True)
-class PodRemedyResult:
-    """How a pod remedy's Job ended: ``job`` (its name), ``ok``, ``timed_out`` (its deadline, the
-    period, passed) and ``message`` (why it failed: the pod's exit, the image, the API's refusal)."""
-
-    job: str
-    ok: bool
-    timed_out: bool = False
-    message: str = ""
 
 
 def run_remedy(node: str, nodefence: str, remedy: ChainRemedy, job: str, deadline: float | None) -> Action:
