@@ -49,6 +49,9 @@ MODULES: dict[str, list[Path]] = {}
 for _f in FILES:
     if _f.endswith(".py") and _f.split("/")[0] in PY_TREES:
         MODULES.setdefault(Path(_f).stem, []).append(ROOT / _f)
+        if (ROOT / _f).parent.joinpath("__init__.py").is_file():
+            # a package (``machines/nodefence/``) is named like a module: its files define its names
+            MODULES.setdefault(Path(_f).parent.name, []).append(ROOT / _f)
 DOCS = sorted(
     f for f in FILES
     if f == "README.md" or (f.startswith("docs/") and f.endswith(".md"))
@@ -97,7 +100,7 @@ def problems(doc: Path, role: bool = False) -> list[str]:
         elif m := re.fullmatch(r"([a-z_][a-z0-9_]*)\.([A-Za-z_][A-Za-z0-9_]*)(?:\(\))?", span):
             module, name = m.groups()
             if module in MODULES and name not in EXTENSIONS and f"{module}.{name}" not in DATA_KEYS:
-                if not any(_defines(p, name) for p in MODULES[module]):
+                if not any(_defines(p, name) or p.stem == name for p in MODULES[module]):
                     shown = ", ".join(str(p.relative_to(ROOT)) for p in MODULES[module])
                     found.append(f"{where}: {shown} defines no {name}")
     return found

@@ -1,80 +1,14 @@
-"""The NodeFence state machine (node remedy seed's automaton), as a pure decision function.
-
-``decide(name, status, observations, config, policy) -> Action``: no I/O, no clock; the caller
-passes ``now`` in the observations. The reconciler loops: observe → decide → perform the action
-→ (for ``write_status``) persist the status → decide again. Everything needed to resume is in
-the persisted :class:`NodeFenceStatus` (DESIGN.md invariant 4); a run's result that is lost in a
-crash is recovered by replaying the same run (same ``ident``; every action is idempotent).
-
-Automaton (DESIGN.md "NodeFence"; docs/state-machines.md has the diagram)::
-
-    New      node NotReady for grace_seconds → run Isolation → Running
-             node Ready → Final (nothing done yet) or Done (after a restart: recover)
-    Running  node Ready → Done; else run PowerManagement → Done
-    Done     node Ready, its old pods and VolumeAttachments gone (safe return, below) → run
-             Recovery, remove the out-of-service taint → Final;
-             NotReady for recovery_timeout_seconds after entering Done → Error
-    Error    after restart_delay_seconds → New (restarts + 1) while restarts < max_restarts;
-             then stay Error (Succeeded=False, RestartLimitReached)
-    Final    nothing (Succeeded=True)
-
-A failed step run is retried ``step_retries`` times (``retries`` counts them) before Error.
-
-A step runs in *segments* (:func:`step_segments`): its methods split wherever the direction of
-the action changes (``off`` then ``on``), and a ``reboot`` method on its own. Each segment is one
-run, and the status commits to the next segment before it starts. Repeating a segment repeats only
-actions that are idempotent as a group (an off of what is off, an on of what is on), so a replay
-after a crash or a graceful stop resumes after the last segment that finished: the off of a power
-cycle is never repeated once its on has started. The progress lives in the custom resource's
-status, not in run artifacts, which an empty data dir (a new leader, a rescheduled pod) has lost.
-
-A step can have *fencing levels* (Pacemaker's fencing topology, :meth:`FenceConfig.levels`):
-ordered alternatives, each a list of methods that must all succeed and be read back. When the
-first segment of level *n* fails (nothing of that level was switched back on), level *n+1* starts
-at once, in the same attempt; when the last level fails, the attempt counts as failed and the
-retry starts again from level 1, as Pacemaker retries a topology. A later segment that fails (the
-``on`` of a level whose ``off`` held) is retried on its own level: going on to another level would
-cut a node that may be booting. Each level's outcome is kept in ``status.fenceLevels``.
-
-A NodeFence whose node does not exist touches no device: ``Processing=False``, reason
-``NodeNotFound``, until the Node exists or an admin confirms the fencing of a machine that has no
-Node with the annotation :data:`CONFIRM_MISSING_NODE_ANNOTATION` (``"true"``). Without a Node
-nothing is released (there is no Node to taint) and recovery waits for the Node to register.
-In Running and Done (before Recovery) the node's workloads are released with the out-of-service
-taint as soon as an observation shows a verified fence of this node; the taint action cannot be
-built without one (:func:`noderemedy_runner.machines.actions.taint_out_of_service`, invariant 1). Isolation
-and PowerManagement runs started while the node carries no taint release in the same run, on the
-fence that run verified (:func:`run_step_action` ``release``); the taint action is then the
-fallback for a run whose release was refused or lost.
-
-Safe return (KEP-2268; DESIGN.md invariant 7): in Done, while the node carries the taint, the
-Recovery step (which unfences storage) and the removal of the taint start only once the
-observations show nothing left of the release (:class:`~noderemedy_runner.machines.release.LeftOnNode`:
-the node's old pods gone from the API, no VolumeAttachment naming the node). Until then
-``Processing=True``, reason :data:`WAITING_FOR_DETACH`, with the counts, and another look every
-:data:`RELEASE_RECHECK_SECONDS`. Without the observation (``left_on_node`` None) it waits too.
-
-Release rate (node remedy seed; :func:`~noderemedy_runner.machines.release.admit`): when the
-observations carry a ``release_hold`` the machine releases nothing -- step runs go without
-``release_workloads``, no ``taint_out_of_service`` -- and says so once in the condition
-``WorkloadsReleased=False``, reason :data:`RELEASE_RATE_LIMITED`; the fencing itself goes on, and
-no wait is longer than the hold's ``retry_seconds``. Once the taint is on, ``WorkloadsReleased``
-turns True (``Released``).
-
-Conditions (medik8s vocabulary): ``Processing``, ``FenceAgentActionSucceeded``, ``Succeeded``,
-plus ``FenceVerified`` (the last step's read-back showed a fence holding) and, only after a
-release had to wait for the rate limit, ``WorkloadsReleased``.
-"""
+"""The NodeFence transition function: :func:`decide` maps (status, observations) to the next
+action. This is what a reader opens to learn the automaton (the package's docs draw it; DESIGN.md
+"NodeFence"); the words it uses are in :mod:`.vocabulary`, the steps, segments and levels in
+:mod:`.steps`, the status types in :mod:`noderemedy_runner.machines.fencestatus`."""
 
 from __future__ import annotations
 
-import hashlib
-import re
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import replace
 
-from noderemedy_runner.config.fence import FenceConfig, FenceMethod
+from noderemedy_runner.config.fence import FenceConfig
 from noderemedy_runner.machines import actions as act
 from noderemedy_runner.machines.actions import Action, FenceReading, Step
 from noderemedy_runner.machines.conditions import (
@@ -84,7 +18,6 @@ from noderemedy_runner.machines.conditions import (
     set_condition,
 )
 from noderemedy_runner.machines.fencestatus import (
-    PHASES,
     LevelOutcome,
     LevelResult,
     NodeFenceObservations,
@@ -94,193 +27,38 @@ from noderemedy_runner.machines.fencestatus import (
     StepResult,
 )
 from noderemedy_runner.machines.guards import HOLD_RECHECK_SECONDS, Hold
+from noderemedy_runner.machines.nodefence.steps import (
+    applied_fences,
+    run_ident,
+    run_step_action,
+    segment_methods,
+    step_segments,
+    verify_fence_action,
+)
+from noderemedy_runner.machines.nodefence.vocabulary import (
+    CONFIRM_DOWN_ANNOTATION,
+    CONFIRM_MISSING_NODE_ANNOTATION,
+    FENCE_AGENT_ACTION_SUCCEEDED,
+    FENCE_VERIFIED,
+    FENCED_STORAGE_RELEASED,
+    MAX_LEVEL_OUTCOMES,
+    MAX_MESSAGE,
+    NODE_NOT_FOUND,
+    NODE_NOT_FOUND_RECHECK_SECONDS,
+    PROCESSING,
+    RELEASE_RATE_LIMITED,
+    RELEASE_RECHECK_SECONDS,
+    STOP_ANNOTATION,
+    STOPPED,
+    SUCCEEDED,
+    WAITING_FOR_DETACH,
+    WAITING_FOR_KUBELET,
+    WORKLOADS_RELEASED,
+    NodeFencePolicy,
+    is_stopped,
+)
 from noderemedy_runner.machines.release import RateHold
 from noderemedy_runner.machines.remedies import ChainRemedy, decide_remedy, exhausted
-
-PROCESSING = "Processing"
-FENCE_AGENT_ACTION_SUCCEEDED = "FenceAgentActionSucceeded"
-SUCCEEDED = "Succeeded"
-FENCE_VERIFIED = "FenceVerified"
-WORKLOADS_RELEASED = "WorkloadsReleased"
-#: ``Processing`` reason while recovery waits for the release to finish (safe return).
-WAITING_FOR_DETACH = "WaitingForDetach"
-#: ``WorkloadsReleased`` reason while a release waits for the release rate limit.
-RELEASE_RATE_LIMITED = "ReleaseRateLimited"
-#: ``WorkloadsReleased`` reason after a storage-only fence released the pods on the fenced storage
-#: (no out-of-service taint), and the ``Processing`` reason while recovery (which unfences that
-#: storage) waits for the node's kubelet to stop those pods.
-FENCED_STORAGE_RELEASED = "FencedStorageReleased"
-WAITING_FOR_KUBELET = "WaitingForKubelet"
-#: Seconds between looks at a node whose release has not finished.
-RELEASE_RECHECK_SECONDS = 5.0
-
-#: Longest executor message copied into a condition (metav1.Condition allows 32768).
-MAX_MESSAGE = 1024
-#: Most ``status.fenceLevels`` entries kept (the oldest are dropped).
-MAX_LEVEL_OUTCOMES = 64
-#: Annotation by which an admin confirms that a NodeFence may fence a machine whose Node object
-#: does not exist (value ``"true"``); without it such a NodeFence touches no device.
-CONFIRM_MISSING_NODE_ANNOTATION = "remediation.noderemedy.io/fence-without-node"
-#: Annotation by which an admin stops a NodeFence (value ``"true"``): it stops at the next safe
-#: point (between two runs; a run in flight finishes), lists every fence it applied, and does
-#: nothing more until the annotation is removed (it then starts over from New) or its node is
-#: Ready again (it ends Final). Its Error is not terminal for the detector, so no new NodeFence
-#: replaces it meanwhile.
-STOP_ANNOTATION = "remediation.noderemedy.io/stop"
-#: Annotation by which an admin who checked the machine by hand confirms it is down (Pacemaker's
-#: ``stonith_admin --confirm``): ``"true"``. Its workloads are then released without a device, on
-#: the admin's word, recorded as such in an Event, and the flow waits for the node to come back.
-CONFIRM_DOWN_ANNOTATION = "remediation.noderemedy.io/confirm-node-down"
-#: ``Succeeded``/``Processing`` reason of a stopped NodeFence.
-STOPPED = "StoppedByAdmin"
-#: Seconds between looks at a NodeFence whose node does not exist.
-NODE_NOT_FOUND_RECHECK_SECONDS = 10.0
-#: ``Processing=False`` reason (and Warning Event) of a NodeFence whose Node does not exist.
-NODE_NOT_FOUND = "NodeNotFound"
-
-_STEP_SLUG: dict[str, str] = {
-    "Isolation": "isolation",
-    "PowerManagement": "power-management",
-    "Recovery": "recovery",
-}
-
-
-@dataclass(frozen=True)
-class NodeFencePolicy:
-    """Tunables (all durations in seconds). ``step_retries``: extra attempts per step;
-    ``max_restarts``: Error → New restarts of the whole flow; ``max_power_fencing``: nodes in
-    their PowerManagement step at once (:mod:`noderemedy_runner.machines.guards`);
-    ``max_pods_released_per_minute``: the release rate limit, in pods the out-of-service taint
-    evicts per 60 s window (:func:`noderemedy_runner.machines.release.admit`; 0: no limit).
-    Raises ValueError when negative (``max_power_fencing``: below 1)."""
-
-    grace_seconds: float = 60.0
-    step_retries: int = 2
-    retry_delay_seconds: float = 10.0
-    recovery_timeout_seconds: float = 600.0
-    max_restarts: int = 1
-    restart_delay_seconds: float = 30.0
-    max_power_fencing: int = 1
-    max_pods_released_per_minute: int = 0
-
-    def __post_init__(self) -> None:
-        for name in self.__dataclass_fields__:
-            if getattr(self, name) < 0:
-                raise ValueError(f"NodeFencePolicy.{name} = {getattr(self, name)} must be >= 0")
-        if self.max_power_fencing < 1:
-            raise ValueError(f"NodeFencePolicy.max_power_fencing = {self.max_power_fencing} must be >= 1")
-
-
-def run_ident(name: str, restarts: int, step: Step, attempt: int, segment: int = 0, level: int = 1) -> str:
-    """Deterministic ansible-runner ident: ``<name>-r<restarts>-<step>-a<attempt>``, with
-    ``-l<level>`` appended for fencing levels after the first and ``-s<segment>`` for segments
-    after the first.
-
-    Names longer than 200 characters are shortened to 191 characters plus 8 hex digits of their
-    SHA-256, so the ident fits ``status.currentRun.ident`` (at most 253 characters).
-    """
-    if len(name) > 200:
-        name = f"{name[:191]}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
-    tail = (f"-l{level}" if level > 1 else "") + (f"-s{segment}" if segment else "")
-    return f"{name}-r{restarts}-{_STEP_SLUG[step]}-a{attempt}{tail}"
-
-
-def step_segments(methods: tuple[FenceMethod, ...]) -> tuple[tuple[FenceMethod, ...], ...]:
-    """Split a step's ordered methods into segments, each idempotent as a whole.
-
-    A segment is a maximal run of consecutive methods with the same ``action`` (``off`` or
-    ``on``); a ``reboot`` method is a segment of its own. Performing a segment twice has the
-    effect of performing it once (an off of what is off changes nothing), while a whole step
-    such as ``ipmi-off ipmi-on`` does not: replayed after its on took effect, it would cut the
-    power of a node that is booting again. The machine commits to each segment in the status
-    before running it. A ``reboot`` alone is not idempotent: its replay power-cycles again, which
-    is why docs/fence-config.md asks for ``off`` then ``on`` methods. Returns ``()`` for no methods.
-    """
-    out: list[list[FenceMethod]] = []
-    for m in methods:
-        if out and m.action != "reboot" and out[-1][-1].action == m.action:
-            out[-1].append(m)
-        else:
-            out.append([m])
-    return tuple(tuple(seg) for seg in out)
-
-
-def _segment(config: FenceConfig, run: RunRef) -> tuple[FenceMethod, ...]:
-    segs = step_segments(config.methods(run.step, run.level))
-    return segs[run.segment] if run.segment < len(segs) else ()
-
-
-def _methods_extravars(methods: tuple[FenceMethod, ...]) -> list[dict[str, Any]]:
-    return [m.to_extravars() for m in methods]
-
-
-def run_step_action(
-    name: str, run: RunRef, config: FenceConfig, namespace: str | None = None, release: bool = False
-) -> Action:
-    """``run_step`` for ``run``: playbook ``fence_step.yml``, extravars with the node, the fence
-    ConfigMap's name and the methods of the run's segment of the step (:func:`step_segments`;
-    references only: addresses, plugs, Secret names).
-
-    ``release`` (extravar ``release_workloads``): the same run then adds the out-of-service taint
-    with the evidence of the fence *it* verified -- ``noderemedy.core.node_taint`` refuses anything
-    but a verified, fresh fence of a NotReady node (invariant 1) -- which saves a second
-    ansible-playbook run between the fence and the release (NodeFence creation → taint in about
-    3 s, docs/benchmarks.md)."""
-    return Action(
-        kind="run_step",
-        playbook=act.PLAYBOOKS["run_step"],
-        step=run.step,
-        ident=run.ident,
-        extravars={
-            "node": config.node,
-            "nodefence": name,
-            "step": run.step,
-            "attempt": run.attempt,
-            "segment": run.segment,
-            "level": run.level,
-            "fence_config": config.configmap,
-            "namespace": namespace,
-            "methods": _methods_extravars(_segment(config, run)),
-            "release_workloads": release,
-            "fenced_storage": [dict(m) for m in config.fenced_storage],
-            "fence_max_age": act.FENCE_FRESH_SECONDS,
-        },
-        reason=f"Run{run.step}",
-    )
-
-
-_FENCE_STEPS: tuple[Step, ...] = ("Isolation", "PowerManagement")
-
-
-def fenced_level(status: NodeFenceStatus, step: Step) -> int:
-    """The fencing level of ``step`` that last succeeded in the current pass (``restarts``) of
-    the flow, per ``status.fenceLevels``; 1 when none is recorded (a step with one level)."""
-    for lv in reversed(status.fence_levels):
-        if lv.step == step and lv.restarts == status.restarts and lv.result == "Succeeded":
-            return lv.level
-    return 1
-
-
-def verify_fence_action(name: str, config: FenceConfig, status: NodeFenceStatus | None = None) -> Action:
-    """``verify_fence``: read back (no change) the state of every ``off`` method of Isolation and
-    PowerManagement (``fence_verify.yml``) -- of the level that fenced (:func:`fenced_level`, from
-    ``status``; level 1 without one); the run's own evidence task reduces the read-backs to one
-    reading (``roles/fence_step/tasks/evidence.yml``)."""
-    s = status or NodeFenceStatus()
-    methods = tuple(
-        m for step in _FENCE_STEPS for m in config.methods(step, fenced_level(s, step)) if m.action == "off"
-    )
-    return Action(
-        kind="verify_fence",
-        playbook=act.PLAYBOOKS["verify_fence"],
-        extravars={
-            "node": config.node,
-            "nodefence": name,
-            "fence_config": config.configmap,
-            "methods": _methods_extravars(methods),
-        },
-        reason="VerifyFence",
-    )
 
 
 def _cond(
@@ -648,7 +426,7 @@ def _decide(
             # an off that can release: a power off, or fc ports with storage named to release
             and any(
                 m.action == "off" and (m.template.device_type != "fc" or bool(config.fenced_storage))
-                for m in _segment(config, run)
+                for m in segment_methods(config, run)
             )
         )
         return run_step_action(name, run, config, namespace, release)
@@ -772,84 +550,3 @@ def _decide(
         return act.nothing("RestartLimitReached")
 
     return act.nothing("Final")
-
-
-def new_level_outcomes(old: NodeFenceStatus, new: NodeFenceStatus) -> tuple[LevelOutcome, ...]:
-    """The ``status.fenceLevels`` entries in ``new`` that ``old`` does not have (for Events)."""
-    seen = set(old.fence_levels)
-    return tuple(lv for lv in new.fence_levels if lv not in seen)
-
-
-def is_terminal(status: NodeFenceStatus, policy: NodeFencePolicy) -> bool:
-    """Whether ``status`` is a resting state: Final, Error with the restart limit used, stopped
-    by an admin (:func:`is_stopped`), or a remedy chain exhausted
-    (:func:`noderemedy_runner.machines.remedies.exhausted`)."""
-    return (
-        status.status == "Final"
-        or (status.status == "Error" and status.restarts >= policy.max_restarts)
-        or is_stopped(status)
-        or exhausted(status)
-    )
-
-
-def is_stopped(status: NodeFenceStatus) -> bool:
-    """Whether an admin stopped this NodeFence (Error with ``Succeeded=False``, ``StoppedByAdmin``)."""
-    cond = find_condition(status.conditions, SUCCEEDED)
-    return status.status == "Error" and cond is not None and cond.status == "False" and cond.reason == STOPPED
-
-
-_JOB_RE = re.compile(r"-r(\d+)-(isolation|power-management)-a\d+(?:-l(\d+))?(?:-s(\d+))?$")
-_SLUG_STEP: dict[str, Step] = {"isolation": "Isolation", "power-management": "PowerManagement"}
-
-
-def applied_fences(status: NodeFenceStatus, config: FenceConfig) -> list[str]:
-    """Every ``off`` method a run of this pass (``restarts``) of the flow ran or may have run --
-    finished runs in ``jobs`` and the committed ``current_run`` -- as ``<method> (<template>[
-    plug <plug>])``, in order, each once: what an admin undoes after stopping the NodeFence."""
-    idents = list(status.jobs) + ([status.current_run.ident] if status.current_run else [])
-    out: list[str] = []
-    for ident in idents:
-        m = _JOB_RE.search(ident)
-        if m is None or int(m.group(1)) != status.restarts:
-            continue
-        step, level, segment = _SLUG_STEP[m.group(2)], int(m.group(3) or 1), int(m.group(4) or 0)
-        segs = step_segments(config.methods(step, level))
-        for method in segs[segment] if segment < len(segs) else ():
-            if method.action != "off":
-                continue
-            plug = f" plug {method.plug}" if method.plug else ""
-            item = f"{method.name} ({method.template.configmap}{plug})"
-            if item not in out:
-                out.append(item)
-    return out
-
-
-__all__ = [
-    "CONFIRM_DOWN_ANNOTATION",
-    "CONFIRM_MISSING_NODE_ANNOTATION",
-    "RELEASE_RATE_LIMITED",
-    "RELEASE_RECHECK_SECONDS",
-    "STOPPED",
-    "WAITING_FOR_DETACH",
-    "WORKLOADS_RELEASED",
-    "STOP_ANNOTATION",
-    "applied_fences",
-    "is_stopped",
-    "HOLD_REASONS",
-    "PHASES",
-    "LevelOutcome",
-    "NodeFenceObservations",
-    "NodeFencePolicy",
-    "NodeFenceStatus",
-    "Phase",
-    "RunRef",
-    "StepResult",
-    "decide",
-    "fenced_level",
-    "is_terminal",
-    "new_level_outcomes",
-    "run_ident",
-    "run_step_action",
-    "step_segments",
-    "verify_fence_action",
-]
