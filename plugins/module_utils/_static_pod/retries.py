@@ -28,20 +28,24 @@ from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.degrad
     degraded_state,
     live_annotations,
 )
+from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.fallback import (
+    _parse_rfc3339,
+    retry,
+)
 from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.layout import (
     InstallerLock,
     Layout,
     write_manifest_atomic,
     yaml,
 )
-from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.operations import (
-    Options,
+from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.monitor import (
     _judge,
-    _parse_rfc3339,
     remove_own_manifest,
-    resolve_revision,
-    retry,
     wait_for_revision,
+)
+from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.options import (
+    Options,
+    resolve_revision,
 )
 from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.probes import HttpProber
 from ansible_collections.noderemedy.core.plugins.module_utils._static_pod.readiness import (
@@ -87,7 +91,7 @@ def monitor_in_static_pod(
     """The startup-monitor static pod's whole run (``in_static_pod: true``).
 
     1. wait until the live manifest is of the revision (:func:`.operations.wait_for_revision`);
-    2. judge it (:func:`.operations._judge`: mark good, or fall back);
+    2. judge it (:func:`.monitor._judge`: mark good, or fall back);
     3. while a retry is pending (:func:`pending_retry`): poll every ``opts.interval`` seconds until
        ``retry-at`` (wall clock), roll the revision out again (:func:`.operations.retry`, which
        carries the failure count so the next backoff doubles, up to ``retry_cap``) and go to 2;

@@ -207,7 +207,7 @@ def test_imports_are_read() -> None:
     assert "noderemedy_runner.kube.client" in edges["noderemedy_runner.cli"]  # imported in a function
     assert any(
         t.endswith("module_utils._static_pod.vocabulary")
-        for t in edges[COLLECTION_PREFIX + "plugins.module_utils._static_pod.operations"]
+        for t in edges[COLLECTION_PREFIX + "plugins.module_utils._static_pod.fallback"]
     )
 
 
