@@ -21,9 +21,13 @@ Node ``lab-real-<j>`` of a lab with port base B (host-global names carry the pre
   the node again when the BMC's power file says on (:meth:`RealNodes.watch`).
 * partition: :meth:`RealNodes.set_link` sets the host end of the veth down/up: kubelet and the
   containers keep running, cut off from the apiserver (and from the other nodes).
-* runtime wrapper: containerd runs runc through ``runc-oom-wrapper`` (see :data:`RUNC_WRAPPER`).
+* runtime wrapper: containerd runs runc through ``runc-oom-wrapper`` (see
+  :data:`noderemedy_lab.realnode_files.RUNC_WRAPPER`).
 
-Everything is undone by :meth:`RealNodes.stop`; :func:`leftovers` lists what would remain.
+Everything is undone by :meth:`RealNodes.stop`; :func:`leftovers` lists what would remain. The
+nodes' cgroups are in :mod:`noderemedy_lab.cgroups`, what they do on the host outside their
+processes in :mod:`noderemedy_lab.realnode_host`, the files written into them in
+:mod:`noderemedy_lab.realnode_files`.
 """
 
 from __future__ import annotations
@@ -35,15 +39,27 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import yaml
 
 from . import pki
+from .cgroups import cgroup_hierarchies, cgroup_pids, kill_cgroup, kill_node, make_cgroup, remove_cgroup
 from .config import CNI_BIN_DIR, KUBERNETES_VERSION, LabConfig
 from .procs import ComponentError, Supervisor, require_binary, tail
+from .realnode_files import CONTAINERD_CONFIG, FC_HOOK, RUNC_WRAPPER
+from .realnode_host import (
+    _links,
+    _netns,
+    _run,
+    _tcp_ok,
+    _udp_bound,
+    cleanup_recorded,
+    import_image,
+    leftovers,
+    run_dir,
+)
 
 #: Taint every real node registers with, so that pods of the kwok tests never land on a real node
 #: (their images do not exist there); real-node pods tolerate it.
@@ -57,154 +73,6 @@ SHARED_MOUNT = "/var/lab-shared"
 POD_CIDR = "10.244.0.0/16"
 #: Seconds a node's containerd + kubelet get to register and turn Ready.
 READY_TIMEOUT = 120.0
-
-#: containerd's runc ``BinaryName``. The machine gives no CAP_SYS_RESOURCE, so runc cannot write
-#: the negative ``oom_score_adj`` kubelet asks for every pod sandbox (-998) and every Guaranteed
-#: container; runc then fails with only "can't get final child's PID from pipe: EOF" (crun names
-#: the cause: "write to /proc/self/oom_score_adj: Permission denied"). On ``create`` the wrapper
-#: clamps ``process.oomScoreAdj`` in the bundle's config.json to >= 0, then execs runc with the
-#: same arguments. Lab reference, real node, item 1.
-RUNC_WRAPPER = """#!{python} -IS
-# runc wrapper of the noderemedy lab (see noderemedy_lab.realnode.RUNC_WRAPPER): clamp a negative
-# process.oomScoreAdj to 0 on "create", then exec runc.
-import json, os, sys
-args = sys.argv[1:]
-if "create" in args:
-    bundle = "."
-    for i, a in enumerate(args):
-        if a in ("--bundle", "-b") and i + 1 < len(args):
-            bundle = args[i + 1]
-        elif a.startswith("--bundle="):
-            bundle = a.split("=", 1)[1]
-    path = os.path.join(bundle, "config.json")
-    with open(path) as f:
-        spec = json.load(f)
-    proc = spec.get("process") or {{}}
-    if proc.get("oomScoreAdj", 0) < 0:
-        proc["oomScoreAdj"] = 0
-        with open(path + ".tmp", "w") as f:
-            json.dump(spec, f)
-        os.replace(path + ".tmp", path)
-os.execv({runc!r}, [{runc!r}] + args)
-"""
-
-
-# ------------------------------------------------------------------------------------ cgroups
-def cgroup_hierarchies() -> list[Path]:
-    """Every cgroup v1 hierarchy (and the hybrid layout's ``unified``) under /sys/fs/cgroup."""
-    base = Path("/sys/fs/cgroup")
-    return sorted(p for p in base.iterdir() if p.is_dir() and os.path.ismount(p))
-
-
-def make_cgroup(rel: str) -> None:
-    """Create cgroup ``rel`` (and its parents) in every hierarchy; cpuset's cpus and mems are
-    copied from the parent (a new v1 cpuset is empty, and an empty one refuses tasks)."""
-    for hier in cgroup_hierarchies():
-        path = hier
-        for part in rel.strip("/").split("/"):
-            parent, path = path, path / part
-            if not path.exists():
-                path.mkdir()
-                if hier.name == "cpuset":
-                    for f in ("cpuset.cpus", "cpuset.mems"):
-                        (path / f).write_text((parent / f).read_text())
-
-
-def cgroup_pids(rel: str) -> set[int]:
-    """PIDs in cgroup ``rel`` and below, from every hierarchy (a process is in each)."""
-    out: set[int] = set()
-    for hier in cgroup_hierarchies():
-        base = hier / rel.strip("/")
-        if not base.exists():
-            continue
-        # os.walk, not rglob: a cgroup the kubelet removes meanwhile is skipped, not an error
-        for dirpath, _dirs, files in os.walk(base):
-            if "cgroup.procs" in files:
-                with contextlib.suppress(OSError, ValueError):
-                    out.update(int(p) for p in Path(dirpath, "cgroup.procs").read_text().split())
-    return out
-
-
-def remove_cgroup(rel: str, keep_self: bool = False) -> list[str]:
-    """rmdir cgroup ``rel`` and everything below it, deepest first, in every hierarchy
-    (``keep_self``: only what is below it). Returns the directories that could not be removed."""
-    failed = []
-    for hier in cgroup_hierarchies():
-        base = hier / rel.strip("/")
-        if not base.exists():
-            continue
-        # os.walk, not rglob: a cgroup the kubelet removes meanwhile is skipped, not an error
-        dirs = [Path(d) for d, _subdirs, _files in os.walk(base, topdown=False) if Path(d) != base]
-        if not keep_self:
-            dirs.append(base)
-        for d in dirs:
-            try:
-                d.rmdir()
-            except FileNotFoundError:
-                pass
-            except OSError:
-                failed.append(str(d))
-    return failed
-
-
-def kill_cgroup(rel: str, timeout: float = 10.0, spare: set[int] | None = None) -> None:
-    """SIGKILL every process in cgroup ``rel`` and below, all at once: the cgroup is frozen
-    (freezer hierarchy) so nothing forks meanwhile, every task is signalled, then thawed so the
-    signals are delivered. Returns once the cgroup is empty; ComponentError after ``timeout`` s."""
-    freezer = Path("/sys/fs/cgroup/freezer") / rel.strip("/")
-    state = freezer / "freezer.state"
-    spare = spare or set()
-    deadline = time.monotonic() + timeout
-    while True:
-        frozen = False
-        if state.exists():
-            with contextlib.suppress(OSError):
-                state.write_text("FROZEN")
-                frozen = True
-                while state.read_text().strip() != "FROZEN" and time.monotonic() < deadline:
-                    time.sleep(0.01)
-        pids = cgroup_pids(rel) - spare
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        if frozen:
-            with contextlib.suppress(OSError):
-                state.write_text("THAWED")
-        if not pids:
-            return
-        if time.monotonic() > deadline:
-            raise ComponentError("real node", f"cgroup {rel} still has processes {sorted(pids)}")
-        time.sleep(0.05)
-
-
-def kill_node(spec: dict) -> None:
-    """Power cut of a real node: SIGKILL every process of the node (its init, containerd, shims,
-    kubelet, kube-proxy, every container) at once, then remove the pods' cgroups (a machine that
-    boots again starts with none). The node's mount namespace dies with its last process."""
-    kill_cgroup(spec["cgroup"])
-    remove_cgroup(spec["cgroup"] + "/kubepods")
-    with contextlib.suppress(FileNotFoundError):
-        Path(spec["pid_file"]).unlink()
-
-
-# ------------------------------------------------------------------------------------ network
-def _run(argv: list[str], component: str, check: bool = True) -> subprocess.CompletedProcess:
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=30)
-    if check and out.returncode != 0:
-        raise ComponentError(
-            component, f"'{' '.join(argv)}' failed: {out.stderr.strip() or out.stdout.strip()}"
-        )
-    return out
-
-
-def _links() -> set[str]:
-    out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=False)
-    return {line.split(":")[1].strip().split("@")[0] for line in out.stdout.splitlines() if ":" in line}
-
-
-def _netns() -> set[str]:
-    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False)
-    return {line.split()[0] for line in out.stdout.splitlines() if line.strip()}
 
 
 class RealNodes:
@@ -701,125 +569,15 @@ class RealNodes:
         shutil.rmtree(run_dir(self.prefix), ignore_errors=True)
 
 
-def leftovers(cfg: LabConfig) -> list[str]:
-    """What a stopped lab with ``cfg`` left on the host: processes in its cgroups, mounts under its
-    workdir, network namespaces, links, cgroups, containerd state. Empty when clean."""
-    prefix = cfg.host_prefix
-    out = [f"process {pid}" for pid in sorted(cgroup_pids(f"/{prefix}"))]
-    out += [f"netns {n}" for n in sorted(_netns()) if n.startswith(prefix)]
-    out += [f"link {n}" for n in sorted(_links()) if n.startswith(prefix)]
-    out += [f"cgroup {h / prefix}" for h in cgroup_hierarchies() if (h / prefix).exists()]
-    workdir = str(cfg.workdir)
-    with open("/proc/self/mountinfo") as f:
-        out += [f"mount {line.split()[4]}" for line in f if line.split()[4].startswith(workdir)]
-    real = cfg.workdir / "real"
-    if real.exists():
-        out += [f"containerd state {p}" for p in sorted(real.glob("*/var/lib/containerd"))]
-    if run_dir(prefix).exists():
-        out.append(f"socket directory {run_dir(prefix)}")
-    return out
-
-
-def run_dir(prefix: str) -> Path:
-    """``/tmp/<prefix>``: the lab's real nodes' containerd sockets (short paths: a unix socket path
-    has at most 104 bytes; seen by the host and by the node, whose own /run hides the host's)."""
-    return Path("/tmp") / prefix
-
-
-def import_image(socket: str, archive: Path, component: str) -> None:
-    """``ctr -a <socket> -n k8s.io images import <archive>``; ComponentError naming ``component``."""
-    ctr = require_binary("ctr", component, "containerd")
-    _run([ctr, "-a", socket, "-n", "k8s.io", "images", "import", str(archive)], component)
-
-
-def cleanup_recorded(state: dict) -> list[str]:
-    """Undo the real nodes of a lab whose supervisor is gone, from its ``lab.json`` document:
-    kill what is left in its cgroups, delete its namespaces and links (names with its prefix) and
-    its cgroups. Returns :func:`leftovers` afterwards."""
-    cfg = LabConfig(workdir=Path(state["workdir"]), port_base=state["port_base"])
-    prefix = cfg.host_prefix
-    with contextlib.suppress(ComponentError):
-        kill_cgroup(f"/{prefix}")
-    for ns in sorted(_netns()):
-        if ns.startswith(f"{prefix}-real"):
-            _run(["ip", "netns", "delete", ns], "real node network", check=False)
-    for link in sorted(_links()):
-        if link.startswith(prefix):
-            _run(["ip", "link", "delete", link], "real node network", check=False)
-    remove_cgroup(f"/{prefix}")
-    for d in sorted((cfg.workdir / "real").glob("*/var/lib/containerd")):
-        shutil.rmtree(d, ignore_errors=True)
-    shutil.rmtree(run_dir(prefix), ignore_errors=True)
-    return leftovers(cfg)
-
-
-def _udp_bound(host: str, port: int) -> bool:
-    """Whether a UDP socket is bound to ``host:port`` (``/proc/net/udp``, little-endian hex)."""
-    import ipaddress
-
-    want = f"{int.from_bytes(ipaddress.IPv4Address(host).packed, 'little'):08X}:{port:04X}"
-    with open("/proc/net/udp") as f:
-        return any(line.split()[1] == want for line in f.readlines()[1:])
-
-
-def _tcp_ok(host: str, port: int) -> bool:
-    import socket
-
-    with socket.create_connection((host, port), timeout=0.5):
-        return True
-
-
-#: The FC switch's port hook of a real node (``fc-hook.sh up|down``, run by the switch backend,
-#: data/fence_pass.py). The port stands for the node's HBA: down unmounts the shared storage from
-#: the node's mount namespace (lazily: a file a process holds open stays usable through its
-#: descriptor, unlike on a real fabric; the lab's writers open the file for each line), and the
-#: unmount propagates into every pod that mounts it with HostToContainer propagation, where the
-#: read-only tmpfs underneath then fails every write with EROFS. Up mounts it again (propagating
-#: into the pods). The state is kept in ``fc-port`` for a node that is off and boots later.
-FC_HOOK = """#!/bin/sh
-# FC port hook of one lab real node (written by noderemedy_lab.realnode): $1 = up | down
-case "$1" in up|down) ;; *) echo "usage: $0 up|down" >&2; exit 2 ;; esac
-echo "$1" > "{state}"
-pid=$(cat "{pid_file}" 2>/dev/null) || exit 0
-[ -e "/proc/$pid/ns/mnt" ] || exit 0
-if [ "$1" = down ]; then
-    exec nsenter --mount="/proc/$pid/ns/mnt" -- sh -c 'while mountpoint -q "{data}"; do umount -l "{data}" || exit 1; done'
-fi
-exec nsenter --mount="/proc/$pid/ns/mnt" -- sh -c 'mountpoint -q "{data}" || mount --bind "{shared}" "{data}"'
-"""
-
-
-CONTAINERD_CONFIG = """# containerd of one lab real node (written by noderemedy_lab.realnode)
-version = 2
-root = "{root}"
-state = "/run/containerd"
-disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
-  "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs",
-  "io.containerd.internal.v1.tracing", "io.containerd.tracing.processor.v1.otlp"]
-
-[grpc]
-  address = "{socket}"
-
-[metrics]
-  address = ""
-
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "{pause}"
-  enable_selinux = false
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "{cni_bin}"
-    conf_dir = "{cni_conf}"
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
-    default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        BinaryName = "{wrapper}"
-        SystemdCgroup = false
-"""
-
-__all__ = ["RealNodes", "kill_node", "leftovers", "KUBERNETES_VERSION"]
+__all__ = [
+    "KUBERNETES_VERSION",
+    "RealNodes",
+    "cgroup_pids",
+    "cleanup_recorded",
+    "import_image",
+    "kill_node",
+    "leftovers",
+]
 
 
 def main(argv: list[str]) -> int:

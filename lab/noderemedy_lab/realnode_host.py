@@ -1,0 +1,102 @@
+"""What the lab's real nodes do on the host outside their own processes: ``ip`` commands, the
+links and network namespaces they make, readiness checks of the relays, their containerd images,
+and what a stopped lab left behind (:func:`leftovers`, :func:`cleanup_recorded`)."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import subprocess
+from pathlib import Path
+
+from .cgroups import cgroup_hierarchies, cgroup_pids, kill_cgroup, remove_cgroup
+from .config import LabConfig
+from .procs import ComponentError, require_binary
+
+
+# ------------------------------------------------------------------------------------ network
+def _run(argv: list[str], component: str, check: bool = True) -> subprocess.CompletedProcess:
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    if check and out.returncode != 0:
+        raise ComponentError(
+            component, f"'{' '.join(argv)}' failed: {out.stderr.strip() or out.stdout.strip()}"
+        )
+    return out
+
+
+def _links() -> set[str]:
+    out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=False)
+    return {line.split(":")[1].strip().split("@")[0] for line in out.stdout.splitlines() if ":" in line}
+
+
+def _netns() -> set[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False)
+    return {line.split()[0] for line in out.stdout.splitlines() if line.strip()}
+
+
+def leftovers(cfg: LabConfig) -> list[str]:
+    """What a stopped lab with ``cfg`` left on the host: processes in its cgroups, mounts under its
+    workdir, network namespaces, links, cgroups, containerd state. Empty when clean."""
+    prefix = cfg.host_prefix
+    out = [f"process {pid}" for pid in sorted(cgroup_pids(f"/{prefix}"))]
+    out += [f"netns {n}" for n in sorted(_netns()) if n.startswith(prefix)]
+    out += [f"link {n}" for n in sorted(_links()) if n.startswith(prefix)]
+    out += [f"cgroup {h / prefix}" for h in cgroup_hierarchies() if (h / prefix).exists()]
+    workdir = str(cfg.workdir)
+    with open("/proc/self/mountinfo") as f:
+        out += [f"mount {line.split()[4]}" for line in f if line.split()[4].startswith(workdir)]
+    real = cfg.workdir / "real"
+    if real.exists():
+        out += [f"containerd state {p}" for p in sorted(real.glob("*/var/lib/containerd"))]
+    if run_dir(prefix).exists():
+        out.append(f"socket directory {run_dir(prefix)}")
+    return out
+
+
+def run_dir(prefix: str) -> Path:
+    """``/tmp/<prefix>``: the lab's real nodes' containerd sockets (short paths: a unix socket path
+    has at most 104 bytes; seen by the host and by the node, whose own /run hides the host's)."""
+    return Path("/tmp") / prefix
+
+
+def import_image(socket: str, archive: Path, component: str) -> None:
+    """``ctr -a <socket> -n k8s.io images import <archive>``; ComponentError naming ``component``."""
+    ctr = require_binary("ctr", component, "containerd")
+    _run([ctr, "-a", socket, "-n", "k8s.io", "images", "import", str(archive)], component)
+
+
+def cleanup_recorded(state: dict) -> list[str]:
+    """Undo the real nodes of a lab whose supervisor is gone, from its ``lab.json`` document:
+    kill what is left in its cgroups, delete its namespaces and links (names with its prefix) and
+    its cgroups. Returns :func:`leftovers` afterwards."""
+    cfg = LabConfig(workdir=Path(state["workdir"]), port_base=state["port_base"])
+    prefix = cfg.host_prefix
+    with contextlib.suppress(ComponentError):
+        kill_cgroup(f"/{prefix}")
+    for ns in sorted(_netns()):
+        if ns.startswith(f"{prefix}-real"):
+            _run(["ip", "netns", "delete", ns], "real node network", check=False)
+    for link in sorted(_links()):
+        if link.startswith(prefix):
+            _run(["ip", "link", "delete", link], "real node network", check=False)
+    remove_cgroup(f"/{prefix}")
+    for d in sorted((cfg.workdir / "real").glob("*/var/lib/containerd")):
+        shutil.rmtree(d, ignore_errors=True)
+    shutil.rmtree(run_dir(prefix), ignore_errors=True)
+    return leftovers(cfg)
+
+
+def _udp_bound(host: str, port: int) -> bool:
+    """Whether a UDP socket is bound to ``host:port`` (``/proc/net/udp``, little-endian hex)."""
+    import ipaddress
+
+    want = f"{int.from_bytes(ipaddress.IPv4Address(host).packed, 'little'):08X}:{port:04X}"
+    with open("/proc/net/udp") as f:
+        return any(line.split()[1] == want for line in f.readlines()[1:])
+
+
+def _tcp_ok(host: str, port: int) -> bool:
+    import socket
+
+    with socket.create_connection((host, port), timeout=0.5):
+        return True
