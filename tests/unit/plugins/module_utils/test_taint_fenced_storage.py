@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.noderemedy.core.plugins.module_utils._taint import uses_fenced_storage, volume_kinds
+from ansible_collections.noderemedy.core.plugins.module_utils._fenced_storage import (
+    uses_fenced_storage,
+    volume_kinds,
+)
 
 
 def pod(*volumes: dict, namespace: str = "demo") -> dict:
