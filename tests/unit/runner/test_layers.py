@@ -36,6 +36,7 @@ LAYERS: dict[str, str] = {
     "noderemedy_runner.loops": "loops",
     "noderemedy_runner.executor": "executors",
     "noderemedy_runner.jobs": "executors",
+    "noderemedy_runner.batches": "executors",  # runs of many hosts at once, beside the executor
     "noderemedy_runner.playbooks": "executors",
     "noderemedy_runner.run_processes": "executors",
     "noderemedy_runner.metrics": "executors",
