@@ -162,7 +162,8 @@ class Metal3RemediationReconciler(Reconciler):
                 if node_obj is not None and taint and status.phase in (m3.PHASE_RUNNING, m3.PHASE_POWER_OFF)
                 else None
             )
-            owner_false = False
+            # a Machine already gone (its owner deleted it) has nothing left to mark
+            owner_false = machine is None and status.phase == m3.PHASE_DELETING_MACHINE
             if machine is not None:
                 for c in (machine.get("status") or {}).get("conditions") or []:
                     if c.get("type") == m3.OWNER_REMEDIATED and c.get("status") == "False":
@@ -278,6 +279,8 @@ class Metal3RemediationReconciler(Reconciler):
             if not outcome.succeeded or res is None:
                 held.power_failures += 1
                 held.power_refused = res is not None and res.error in POWER_REFUSED
+                # the power is unknown after a failed run: an earlier reading no longer holds
+                held.reading, held.evidence = None, None
                 held.power_failure = m3.PowerFailure(
                     state=state,
                     attempt=max(1, old.retry_count),
