@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -292,6 +293,17 @@ def _proc_state(pid: int) -> str:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
+def _stopped(pid: int, want: bool, timeout: float = 10.0) -> bool:
+    """Whether ``pid`` reaches stopped (``want``) or not stopped within ``timeout`` seconds (a
+    signal is delivered asynchronously)."""
+    deadline = time.monotonic() + timeout
+    while (_proc_state(pid) == "T") != want:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 def test_bmc_modes_lie_fall_silent_and_come_back(tmp_path: Path) -> None:
     (tmp_path / "power").write_text("1\n")
     bmc = {"power_file": str(tmp_path / "power")}
@@ -301,10 +313,10 @@ def test_bmc_modes_lie_fall_silent_and_come_back(tmp_path: Path) -> None:
         assert _chassis(tmp_path, "set", "power", "0").returncode == 0
         assert _chassis(tmp_path, "get", "power").stdout == "power:1\n"
         set_bmc_mode(bmc, "silent", stand_in.pid)
-        assert _proc_state(stand_in.pid) == "T", "a silent BMC's process is stopped"
+        assert _stopped(stand_in.pid, True), "a silent BMC's process is stopped"
         assert not (tmp_path / "ignore_power").exists(), "silent is not also lying"
         set_bmc_mode(bmc, "normal", stand_in.pid)
-        assert _proc_state(stand_in.pid) == "S"
+        assert _stopped(stand_in.pid, False), "answers again"
         assert _chassis(tmp_path, "set", "power", "0").returncode == 0
         assert [line.split()[1:] for line in (tmp_path / "power.log").read_text().splitlines()] == [
             ["0", "ignored"],
