@@ -4,9 +4,14 @@ Each BMC gets its own directory ``<devices>/bmc/<node>/`` with ``lan.conf`` (ren
 ``data/lan.conf.in``), a fresh ``state/`` directory (``ipmi_sim -s``: users changed over IPMI persist
 there and would leak into the next run) and the node directory read by the ``chassis_control`` hook
 (``data/chassis_control.sh``): ``power`` (1 on, 0 off), ``power.log`` (``<epoch seconds> <0|1>`` per
-power set), ``events.log`` (reset/boot/identify requests and power-hook failures) and, when the lab
-has a power hook, the executable ``power_hook`` wrapper. :func:`set_ignore_power` makes a BMC answer
-power commands as done while the power stays as it is (the file ``ignore_power``).
+power set; ``<epoch seconds> <0|1> ignored`` for a set a lying BMC answered and did not do),
+``events.log`` (reset/boot/identify requests and power-hook failures) and, when the lab has a
+power hook, the executable ``power_hook`` wrapper.
+
+Misbehaviours (:func:`set_bmc_mode`, :data:`BMC_MODES`; ``Lab.bmc_mode(node, mode)``): ``lies``
+answers every power command as done while the power stays as it is (the file ``ignore_power``;
+:func:`set_ignore_power`), ``silent`` stops answering at all (its ipmi_sim is SIGSTOPped: the UDP
+port stays bound, so a client sees no ICMP refusal, only silence), ``normal`` undoes either.
 
 How ipmi_sim (OpenIPMI 2.0.33) drives the hook, observed with ipmitool 1.8.19 on this lab:
 ``chassis power off|on`` -> ``set power 0|1``; ``chassis power cycle`` -> ``set power 0`` and about one
@@ -21,9 +26,11 @@ in a session opened at USER level (``ipmitool -L USER``).
 
 from __future__ import annotations
 
+import os
 import secrets
 import shlex
 import shutil
+import signal
 import uuid
 from collections.abc import Callable
 from importlib import resources
@@ -198,10 +205,33 @@ def start_bmcs(
     return bmcs
 
 
+#: What :func:`set_bmc_mode` can make of a lab BMC.
+BMC_MODES = ("normal", "lies", "silent")
+
+
+def set_bmc_mode(bmc: dict, mode: str, pid: int) -> None:
+    """Switch the BMC ``bmc`` (an entry of :func:`start_bmcs`' result) whose ipmi_sim runs as
+    ``pid`` into ``mode``:
+
+    * ``lies``: every power command is answered as done and changes nothing; each is logged in
+      its ``power_log`` as ``<epoch seconds> <0|1> ignored`` (and in ``events_log``);
+    * ``silent``: the BMC stops answering (SIGSTOP; nothing it receives meanwhile is acted on
+      until it answers again: a client's session never opens, so no power command is queued);
+    * ``normal``: answers and obeys again (SIGCONT, the lie flag removed).
+
+    Takes effect at the next packet. Raises ValueError naming ``mode`` when it is not one of
+    :data:`BMC_MODES`; ProcessLookupError when ``pid`` is gone."""
+    if mode not in BMC_MODES:
+        raise ValueError(f"mode: {mode!r} is not one of {', '.join(BMC_MODES)}")
+    os.kill(pid, signal.SIGSTOP if mode == "silent" else signal.SIGCONT)
+    set_ignore_power(bmc, mode == "lies")
+
+
 def set_ignore_power(bmc: dict, ignore: bool) -> None:
     """Make the BMC ``bmc`` (an entry of :func:`start_bmcs`' result) accept every power command and
     change nothing (``ignore`` True: each is logged as ``power <0|1> ignored`` in its
-    ``events_log``), or behave normally again (False). Takes effect at the next command."""
+    ``events_log`` and as ``<epoch seconds> <0|1> ignored`` in its ``power_log``), or behave
+    normally again (False). Takes effect at the next command."""
     flag = Path(bmc["power_file"]).parent / "ignore_power"
     if ignore:
         flag.touch()

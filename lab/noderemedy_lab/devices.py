@@ -2,8 +2,8 @@
 
 Entry point for :mod:`noderemedy_lab.lab`: :func:`start_devices` starts them all through the lab's
 :class:`~noderemedy_lab.procs.Supervisor` and returns their endpoints and per-run credentials;
-:func:`set_status_delay` makes an snmpd peer slow; :func:`set_ignore_power` makes a BMC accept power
-commands and change nothing; :func:`ensure_simvenv` builds snmpsim's venv.
+:func:`set_status_delay` makes an snmpd peer slow; :func:`set_bmc_mode` makes a BMC lie (accept power
+commands and change nothing) or fall silent; :func:`ensure_simvenv` builds snmpsim's venv.
 Details of each peer: :mod:`noderemedy_lab.bmc`, :mod:`noderemedy_lab.snmp`.
 """
 
@@ -12,12 +12,19 @@ from __future__ import annotations
 import re
 import shutil
 
-from .bmc import Pending, set_ignore_power, start_bmcs, validate_power_hook
+from .bmc import BMC_MODES, Pending, set_bmc_mode, set_ignore_power, start_bmcs, validate_power_hook
 from .config import LabConfig
 from .procs import ComponentError, Supervisor
 from .snmp import PEERS, ensure_simvenv, set_status_delay, start_snmpd, start_snmpsim
 
-__all__ = ["start_devices", "ensure_simvenv", "set_status_delay", "set_ignore_power"]
+__all__ = [
+    "BMC_MODES",
+    "start_devices",
+    "ensure_simvenv",
+    "set_status_delay",
+    "set_bmc_mode",
+    "set_ignore_power",
+]
 
 _NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$")
 

@@ -448,6 +448,16 @@ class Lab:
         """Restore ``node``'s power through its real BMC (``ipmitool chassis power on``)."""
         self._power(node, "on")
 
+    def bmc_mode(self, node: str, mode: str) -> None:
+        """Switch ``node``'s BMC into ``mode`` (``lies``, ``silent`` or ``normal``, see
+        :func:`noderemedy_lab.bmc.set_bmc_mode`). ComponentError when the lab runs no such BMC."""
+        from .bmc import set_bmc_mode
+
+        proc = self.supervisor.procs.get(f"bmc {node}") if self.supervisor is not None else None
+        if proc is None or node not in self.info.get("devices", {}).get("bmcs", {}):
+            raise ComponentError(f"bmc {node}", "this lab runs no BMC for that node")
+        set_bmc_mode(self.info["devices"]["bmcs"][node], mode, proc.pid)
+
     def api_client(self):
         """The lab's admin ``kubernetes.client.ApiClient``, built once and reused (polls go through
         it rather than a client or a kubectl process per request)."""

@@ -86,7 +86,8 @@ class ModuleResult:
     ``ok`` (not failed), ``state`` (the module's read-back: ``on``/``off`` or ``enabled``/
     ``disabled``; None when unknown), ``fence`` (the module's evidence dict: ``verified``,
     ``method``, ``target``, ``plugs``, ``state``, ``verified_at`` in epoch seconds), ``msg``,
-    ``error`` (the module's error class on failure: auth, privilege, unreachable, rejected, ...)."""
+    ``error`` (the module's error class on failure: auth, privilege, unreachable, rejected, ...),
+    ``seconds`` (the task's own duration as ansible-runner timed it; None when not reported)."""
 
     module: str
     device_type: str
@@ -95,6 +96,7 @@ class ModuleResult:
     fence: Mapping[str, Any]
     msg: str = ""
     error: str = ""
+    seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -289,6 +291,9 @@ def parse_events(events: Sequence[Mapping[str, Any]]) -> tuple[dict[str, int], l
                     fence=dict(fence or {}),
                     msg=str(res.get("msg", ""))[:MAX_TASK_MESSAGE],
                     error=str(res.get("error") or ""),
+                    seconds=float(data["duration"])
+                    if isinstance(data.get("duration"), int | float)
+                    else None,
                 )
             )
     return counts, failed, modules

@@ -20,7 +20,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from noderemedy_runner.machines.conditions import set_condition
-from noderemedy_runner.machines.metal3 import HostRef, Metal3RemediationStatus
+from noderemedy_runner.machines.metal3 import HostRef, Metal3RemediationStatus, RemediationStrategy
 from noderemedy_runner.machines.nodefence import NodeFencePolicy, NodeFenceStatus, RunRef
 
 pytestmark = [pytest.mark.lab, pytest.mark.kube]
@@ -315,7 +315,11 @@ def test_valid_metal3remediation_and_machine_statuses(api: client.ApiClient, nam
         grp, ver, namespace, "metal3remediations", "machine-1", {"status": status.to_dict()}
     )
     got = co.get_namespaced_custom_object(grp, ver, namespace, "metal3remediations", "machine-1")
-    assert got["spec"] == spec
+    # stored as v1beta2 (CAPM3's storage version), whose default timeoutSeconds is applied on read;
+    # the runner reads v1beta1's timeout first
+    v2_default = {"timeoutSeconds": 600}
+    assert got["spec"] == {"strategy": {**spec["strategy"], **v2_default}}
+    assert RemediationStrategy.from_spec(got["spec"], "x").timeout_seconds == 300.0
     assert Metal3RemediationStatus.from_dict(got["status"]) == status
 
     template = {
@@ -325,10 +329,9 @@ def test_valid_metal3remediation_and_machine_statuses(api: client.ApiClient, nam
         "spec": {"template": {"spec": spec}},
     }
     co.create_namespaced_custom_object(grp, ver, namespace, "metal3remediationtemplates", template)
-    assert (
-        co.get_namespaced_custom_object(grp, ver, namespace, "metal3remediationtemplates", "reboot")["spec"]
-        == template["spec"]
-    )
+    assert co.get_namespaced_custom_object(grp, ver, namespace, "metal3remediationtemplates", "reboot")[
+        "spec"
+    ] == {"template": {"spec": {"strategy": {**spec["strategy"], **v2_default}}}}
 
     machine = {
         "apiVersion": "cluster.x-k8s.io/v1beta1",
@@ -363,6 +366,18 @@ def test_valid_metal3remediation_and_machine_statuses(api: client.ApiClient, nam
         ),
         ("metal3remediations", m3r("bad", {"strategy": "Reboot"}), "spec.strategy", "must be of type object"),
         (
+            "metal3remediations",
+            m3r("bad", {"strategy": {"type": "Reprovision"}}),
+            "spec.strategy.type",
+            "Unsupported value",
+        ),
+        (
+            "metal3remediations",
+            m3r("bad", {"deleteAfterRetries": 0}),
+            "spec.deleteAfterRetries",
+            "should be greater than or equal to 1",
+        ),
+        (
             "metal3remediationtemplates",
             {
                 "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
@@ -388,6 +403,36 @@ def test_malformed_metal3remediation_is_rejected(
         body,
     )
     assert any(f == field and message in m for f, m in causes(got)), got
+
+
+def test_v1beta2_metal3remediation_reads_back_at_v1beta1_with_the_seed_fields(
+    api: client.ApiClient, namespace: str
+) -> None:
+    """Both of CAPM3's versions are served; an object written at v1beta2 (the stored version) with
+    the seed's fields reads back at v1beta1, the runner's, with nothing pruned."""
+    co = client.CustomObjectsApi(api)
+    grp = "infrastructure.cluster.x-k8s.io"
+    spec = {
+        "strategy": {"type": "escalate", "timeoutSeconds": 300},
+        "deleteAfterRetries": 2,
+        "powerOffTimeoutSeconds": 5,
+        "powerOnTimeoutSeconds": 60,
+    }
+    body = {**m3r("v2", spec), "apiVersion": f"{grp}/v1beta2"}
+    co.create_namespaced_custom_object(grp, "v1beta2", namespace, "metal3remediations", body)
+    got = co.get_namespaced_custom_object(grp, "v1beta1", namespace, "metal3remediations", "v2")
+    assert got["spec"] == {**spec, "strategy": {**spec["strategy"], "retryLimit": 1}}, (
+        "v1beta2's default retryLimit"
+    )
+    assert RemediationStrategy.from_spec(got["spec"], "x") == RemediationStrategy(
+        "escalate", 1, 300.0, 2, 5.0, 60.0
+    )
+    status = Metal3RemediationStatus("power-off", 1, T0)
+    co.patch_namespaced_custom_object_status(
+        grp, "v1beta1", namespace, "metal3remediations", "v2", {"status": status.to_dict()}
+    )
+    got = co.get_namespaced_custom_object(grp, "v1beta2", namespace, "metal3remediations", "v2")
+    assert Metal3RemediationStatus.from_dict(got["status"]) == status
 
 
 def test_malformed_metal3remediation_status_is_rejected(api: client.ApiClient, namespace: str) -> None:

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from noderemedy_lab.bmc import (
     data_path,
     render_lan_conf,
     render_power_hook,
+    set_bmc_mode,
     set_ignore_power,
     validate_power_hook,
 )
@@ -104,7 +106,11 @@ def test_chassis_control_with_ignore_power_answers_done_and_changes_nothing(tmp_
         res = _chassis(tmp_path, *args)
         assert res.returncode == 0 and res.stdout == "", "the BMC answers the command as done"
     assert _chassis(tmp_path, "get", "power").stdout == "power:1\n"
-    assert not calls.exists() and not (tmp_path / "power.log").exists()
+    assert not calls.exists()
+    assert [line.split()[1:] for line in (tmp_path / "power.log").read_text().splitlines()] == [
+        ["0", "ignored"],
+        ["0", "ignored"],
+    ], "the power log shows the attempts the BMC lied about"
     assert (tmp_path / "events.log").read_text().count("power 0 ignored") == 2
     set_ignore_power(bmc, False)
     set_ignore_power(bmc, False)  # idempotent
@@ -281,3 +287,43 @@ def test_tcp_listening_does_not_count_a_connection_to_itself(monkeypatch: pytest
     monkeypatch.setattr(procs.socket, "create_connection", self_connected)
     assert procs.tcp_listening(free) is False
     assert made == [True], "the probe did connect (to itself)"
+
+
+def _proc_state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def _stopped(pid: int, want: bool, timeout: float = 10.0) -> bool:
+    """Whether ``pid`` reaches stopped (``want``) or not stopped within ``timeout`` seconds (a
+    signal is delivered asynchronously)."""
+    deadline = time.monotonic() + timeout
+    while (_proc_state(pid) == "T") != want:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def test_bmc_modes_lie_fall_silent_and_come_back(tmp_path: Path) -> None:
+    (tmp_path / "power").write_text("1\n")
+    bmc = {"power_file": str(tmp_path / "power")}
+    stand_in = subprocess.Popen(["sleep", "60"])  # stands in for the BMC's ipmi_sim process
+    try:
+        set_bmc_mode(bmc, "lies", stand_in.pid)
+        assert _chassis(tmp_path, "set", "power", "0").returncode == 0
+        assert _chassis(tmp_path, "get", "power").stdout == "power:1\n"
+        set_bmc_mode(bmc, "silent", stand_in.pid)
+        assert _stopped(stand_in.pid, True), "a silent BMC's process is stopped"
+        assert not (tmp_path / "ignore_power").exists(), "silent is not also lying"
+        set_bmc_mode(bmc, "normal", stand_in.pid)
+        assert _stopped(stand_in.pid, False), "answers again"
+        assert _chassis(tmp_path, "set", "power", "0").returncode == 0
+        assert [line.split()[1:] for line in (tmp_path / "power.log").read_text().splitlines()] == [
+            ["0", "ignored"],
+            ["0"],
+        ]
+        with pytest.raises(ValueError, match="mode: 'asleep' is not one of normal, lies, silent"):
+            set_bmc_mode(bmc, "asleep", stand_in.pid)
+    finally:
+        stand_in.kill()
+        stand_in.wait()

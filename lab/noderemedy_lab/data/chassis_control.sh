@@ -11,13 +11,14 @@
 #   chassis_control.sh NODE_DIR check                -> exit 1 (as in the lab reference)
 # NODE_DIR holds:
 #   power        1 (on) or 0 (off)
-#   power.log    one line per power set: "<epoch seconds> <0|1>"
+#   power.log    one line per power set: "<epoch seconds> <0|1>" ("<epoch seconds> <0|1> ignored"
+#                for a set answered as done under ignore_power)
 #   events.log   reset / boot / identify requests, and power-hook failures
 #   power_hook   optional executable, run as "power_hook 0|1" after the state is recorded; its
 #                output goes to events.log; a failure is logged and never changes the BMC's answer
 #   ignore_power optional file: while it exists every power set is answered as done but changes
-#                nothing ("<epoch seconds> power <0|1> ignored" in events.log): a BMC that says
-#                yes and leaves the machine as it is
+#                nothing ("<epoch seconds> power <0|1> ignored" in events.log, "<epoch seconds>
+#                <0|1> ignored" in power.log): a BMC that says yes and leaves the machine as it is
 dir="$1"; shift
 op="$1"; shift
 state="$dir/power"
@@ -25,7 +26,9 @@ state="$dir/power"
 
 set_power() {
     if [ -e "$dir/ignore_power" ]; then
-        echo "$(date +%s.%N) power $1 ignored" >> "$dir/events.log"
+        now="$(date +%s.%N)"
+        echo "$now power $1 ignored" >> "$dir/events.log"
+        echo "$now $1 ignored" >> "$dir/power.log"
         return 0
     fi
     echo "$1" > "$state.tmp" && mv -f "$state.tmp" "$state"

@@ -69,21 +69,18 @@ from noderemedy_runner.config.podtemplate import (
     check_secret_name,
     pod_template,
 )
-from noderemedy_runner.machines.metal3 import (
-    LabelSelector,
-    Metal3Error,
-    Requirement,
-    parse_duration,
-    parse_label_selector,
+from noderemedy_runner.config.selectors import FieldError, LabelSelector, parse_label_selector, parse_seconds
+from noderemedy_runner.config.selectors import parse_selector_string as _parse_selector_string
+from noderemedy_runner.config.storm import (
+    IntOrPercent,
+    StormGuard,
+    parse_storm_guard,
 )
 
 API_VERSIONS = ("node-remedy/v1alpha", "remediation.noderemedy.io/v1alpha1")
 KIND = "Configuration"
 CONDITION_STATUSES = ("True", "False", "Unknown")
 
-#: The default storm guard (NodeHealthCheck's default ``minHealthy``), and its cooldown in seconds.
-DEFAULT_MIN_HEALTHY = "51%"
-DEFAULT_COOLDOWN_SECONDS = 300.0
 #: NodeHealthCheck's default unhealthy conditions: Ready False / Unknown for 300 s.
 DEFAULT_PERIOD_SECONDS = 300.0
 DEFAULT_REMEDY = "fence"
@@ -103,31 +100,13 @@ _THRESHOLD_FIELDS = {"nodeConditionType", "nodeConditionStatus", "nodeConditionP
 _REMEDY_KEY_RE = re.compile(r"^remedy(\d+)?$")
 _REMEDY_FIELDS = {"name", "period", "clean-resources", "clean-resourece"}  # the seed's spelling too
 _REMEDY_CONFIG_FIELDS = {"name", "podTemplate", "executor", "secretName"}
-_STORM_FIELDS = {"maxUnhealthy", "minHealthy", "unhealthyRange", "cooldown", "enabled"}
-_RANGE_RE = re.compile(r"^\[(\d+)-(\d+)\]$")
-_PERCENT_RE = re.compile(r"^(\d+)%$")
 _NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_LABEL_KEY_RE = re.compile(
-    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
-)
-_LABEL_VALUE_RE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 
 
 class ConfigError(ValueError):
     """A remedy Configuration that cannot be used; the message names the source, the document
     (``metadata.name`` or index) and the field, e.g.
     ``workers.yaml: Configuration workers: thresholdConfigs[0].nodeConditionPeriod: 'soon' is not a duration``."""
-
-
-@dataclass(frozen=True)
-class IntOrPercent:
-    """An ``intstr.IntOrString`` count: ``value`` is a count, or a percentage when ``percent``."""
-
-    value: int
-    percent: bool = False
-
-    def __str__(self) -> str:
-        return f"{self.value}%" if self.percent else str(self.value)
 
 
 EXECUTORS = ("job", "inprocess")
@@ -200,30 +179,6 @@ class Threshold:
         return tuple(r for step in self.remedies for r in step)
 
 
-@dataclass(frozen=True)
-class StormGuard:
-    """The storm guard of one Configuration (MachineHealthCheck ``maxUnhealthy`` /
-    ``unhealthyRange``, NodeHealthCheck ``minHealthy``); at most one of the three is set.
-    ``cooldown``: seconds after a storm ends before fencing resumes. ``enabled=False`` turns it
-    off (only when said explicitly). Rounding of percentages: :mod:`noderemedy_runner.machines.storm`."""
-
-    max_unhealthy: IntOrPercent | None = None
-    min_healthy: IntOrPercent | None = None
-    unhealthy_range: tuple[int, int] | None = None
-    cooldown: float = DEFAULT_COOLDOWN_SECONDS
-    enabled: bool = True
-
-    def describe(self) -> str:
-        """``maxUnhealthy=40%`` (the active rule) or ``disabled``."""
-        if not self.enabled:
-            return "disabled"
-        if self.max_unhealthy is not None:
-            return f"maxUnhealthy={self.max_unhealthy}"
-        if self.unhealthy_range is not None:
-            return f"unhealthyRange=[{self.unhealthy_range[0]}-{self.unhealthy_range[1]}]"
-        return f"minHealthy={self.min_healthy}"
-
-
 DEFAULT_THRESHOLDS = (Threshold("Ready", frozenset({"False", "Unknown"}), DEFAULT_PERIOD_SECONDS),)
 
 
@@ -277,75 +232,21 @@ def default_configuration() -> ConfigurationSet:
 
 
 def _duration(value: Any, where: str) -> float:
-    if isinstance(value, bool):
-        raise ConfigError(f"{where}: {value!r} is not a duration like 30s, 5m or 1h30m")
-    if isinstance(value, int | float):
-        if value < 0:
-            raise ConfigError(f"{where}: {value!r} must not be negative")
-        return float(value)
     try:
-        return parse_duration(value, where)
-    except Metal3Error as exc:
+        return parse_seconds(value, where)
+    except FieldError as exc:
         raise ConfigError(str(exc)) from exc
 
 
 def parse_selector_string(text: str, where: str) -> LabelSelector:
-    """A :class:`LabelSelector` from the label-selector string syntax (the seed's
-    ``type=compute``; ``kubectl -l``): comma-separated ``k=v``, ``k==v``, ``k!=v``, ``k``, ``!k``,
-    ``k in (a,b)``, ``k notin (a,b)``. Raises :class:`ConfigError` naming ``where``."""
-    reqs: list[Requirement] = []
-    labels: list[tuple[str, str]] = []
-    # split on commas outside parentheses
-    parts: list[str] = []
-    depth, cur = 0, ""
-    for ch in text:
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-        if ch == "," and depth == 0:
-            parts.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    parts.append(cur)
-    for raw in parts:
-        term = raw.strip()
-        if not term:
-            if text.strip():
-                raise ConfigError(f"{where}: empty term in selector {text!r}")
-            continue
-        m = re.match(r"^(\S+)\s+(in|notin)\s+\((.*)\)$", term)
-        if m:
-            key, op, vals = m.group(1), m.group(2), [v.strip() for v in m.group(3).split(",")]
-            if not all(vals) or not all(_LABEL_VALUE_RE.match(v) for v in vals):
-                raise ConfigError(f"{where}: bad values in {term!r}")
-            _check_key(key, where, term)
-            reqs.append(Requirement(key, "In" if op == "in" else "NotIn", tuple(vals)))
-            continue
-        m = re.match(r"^([^=!\s]+)\s*(==|=|!=)\s*(\S*)$", term)
-        if m:
-            key, op, val = m.groups()
-            _check_key(key, where, term)
-            if not _LABEL_VALUE_RE.match(val):
-                raise ConfigError(f"{where}: bad label value {val!r} in {term!r}")
-            if op == "!=":
-                reqs.append(Requirement(key, "NotIn", (val,)))
-            else:
-                labels.append((key, val))
-            continue
-        if term.startswith("!"):
-            _check_key(term[1:].strip(), where, term)
-            reqs.append(Requirement(term[1:].strip(), "DoesNotExist"))
-            continue
-        _check_key(term, where, term)
-        reqs.append(Requirement(term, "Exists"))
-    return LabelSelector(tuple(sorted(labels)), tuple(reqs))
-
-
-def _check_key(key: str, where: str, term: str) -> None:
-    if not _LABEL_KEY_RE.match(key) or len(key) > 317:
-        raise ConfigError(f"{where}: {key!r} in {term!r} is not a label key")
+    """A :class:`~noderemedy_runner.config.selectors.LabelSelector` from the label-selector string
+    syntax (the seed's ``type=compute``; ``kubectl -l``), see
+    :func:`noderemedy_runner.config.selectors.parse_selector_string`. Raises :class:`ConfigError`
+    naming ``where``."""
+    try:
+        return _parse_selector_string(text, where)
+    except FieldError as exc:
+        raise ConfigError(str(exc)) from exc
 
 
 def _statuses(value: Any, where: str) -> frozenset[str]:
@@ -511,59 +412,6 @@ def _resolve(th: Threshold, cfgs: tuple[RemedyConfig, ...], where: str, warnings
     return replace(th, remedies=remedies, recovery=recovery)
 
 
-def _count(value: Any, where: str) -> IntOrPercent:
-    if isinstance(value, bool):
-        raise ConfigError(f"{where}: {value!r} is not a count or a percentage like 40%")
-    if isinstance(value, int):
-        if value < 0:
-            raise ConfigError(f"{where}: {value} must not be negative")
-        return IntOrPercent(value)
-    if isinstance(value, str):
-        m = _PERCENT_RE.match(value.strip())
-        if m:
-            pct = int(m.group(1))
-            if pct > 100:
-                raise ConfigError(f"{where}: {value!r} is over 100%")
-            return IntOrPercent(pct, True)
-        if value.strip().isdigit():
-            return IntOrPercent(int(value.strip()))
-    raise ConfigError(f"{where}: {value!r} is not a count or a percentage like 40%")
-
-
-def _storm_guard(data: Any, where: str) -> StormGuard:
-    if data is None:
-        return StormGuard(min_healthy=IntOrPercent(51, True))
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"{where}: a map with maxUnhealthy, minHealthy or unhealthyRange, and cooldown")
-    unknown = sorted(set(map(str, data)) - _STORM_FIELDS)
-    if unknown:
-        raise ConfigError(f"{where}: unknown fields {unknown} (allowed: {', '.join(sorted(_STORM_FIELDS))})")
-    enabled = data.get("enabled", True)
-    if not isinstance(enabled, bool):
-        raise ConfigError(f"{where}.enabled: {enabled!r} is not true or false")
-    rules = [k for k in ("maxUnhealthy", "minHealthy", "unhealthyRange") if data.get(k) is not None]
-    if len(rules) > 1:
-        raise ConfigError(f"{where}: set only one of maxUnhealthy, minHealthy, unhealthyRange (got {rules})")
-    cooldown = (
-        _duration(data["cooldown"], f"{where}.cooldown") if "cooldown" in data else DEFAULT_COOLDOWN_SECONDS
-    )
-    if not rules:
-        return StormGuard(min_healthy=IntOrPercent(51, True), cooldown=cooldown, enabled=enabled)
-    rule = rules[0]
-    if rule == "unhealthyRange":
-        text = data[rule]
-        m = _RANGE_RE.match(text.strip()) if isinstance(text, str) else None
-        if not m or int(m.group(1)) > int(m.group(2)):
-            raise ConfigError(f'{where}.unhealthyRange: {text!r} is not a range like "[1-3]" (min <= max)')
-        return StormGuard(
-            unhealthy_range=(int(m.group(1)), int(m.group(2))), cooldown=cooldown, enabled=enabled
-        )
-    count = _count(data[rule], f"{where}.{rule}")
-    if rule == "maxUnhealthy":
-        return StormGuard(max_unhealthy=count, cooldown=cooldown, enabled=enabled)
-    return StormGuard(min_healthy=count, cooldown=cooldown, enabled=enabled)
-
-
 def parse_configuration(doc: Any, source: str, index: int = 0) -> tuple[RemedyConfiguration, list[str]]:
     """One ``Configuration`` document → (:class:`RemedyConfiguration`, warnings).
 
@@ -595,7 +443,7 @@ def parse_configuration(doc: Any, source: str, index: int = 0) -> tuple[RemedyCo
     elif sel_raw is not None:
         try:
             selector = parse_label_selector(sel_raw, f"{where}: nodeSelector")
-        except Metal3Error as exc:
+        except FieldError as exc:
             raise ConfigError(str(exc)) from exc
     raw_thresholds = doc.get("thresholdConfigs")
     thresholds: tuple[Threshold, ...]
@@ -607,7 +455,10 @@ def parse_configuration(doc: Any, source: str, index: int = 0) -> tuple[RemedyCo
         thresholds = tuple(
             _threshold(t, f"{where}: thresholdConfigs[{i}]") for i, t in enumerate(raw_thresholds)
         )
-    guard = _storm_guard(doc.get("stormGuard"), f"{where}: stormGuard")
+    try:
+        guard = parse_storm_guard(doc.get("stormGuard"), f"{where}: stormGuard")
+    except FieldError as exc:
+        raise ConfigError(str(exc)) from exc
     pauses = doc.get("pauseRequests") or []
     if not isinstance(pauses, list) or not all(isinstance(p, str) and p for p in pauses):
         raise ConfigError(f"{where}: pauseRequests: a list of non-empty strings (reasons)")

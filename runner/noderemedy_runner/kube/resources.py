@@ -190,19 +190,39 @@ class KubeIO:
         return read_json(resp)
 
     def set_machine_condition(self, namespace: str, name: str, condition: Mapping[str, Any]) -> None:
-        """Set (add or replace by type) a condition on Machine ``namespace/name``'s status; on a
-        409 the Machine is read again and the write retried (at most 5 tries,
-        :func:`noderemedy_runner.kube.retry.call`). Raises NotFound for a missing Machine."""
+        """Set (add or replace by type) a condition on Machine ``namespace/name``'s status, in both
+        of cluster-api's shapes, read through its v1beta1 API: the v1beta1 condition (``type``,
+        ``status``, ``reason``, ``severity``, ``message``) in ``status.conditions``, and the same
+        as a metav1.Condition (no severity; ``observedGeneration`` = the Machine's generation) in
+        ``status.v1beta2.conditions``, which is what cluster-api's v1beta2 controllers read
+        (``status.conditions`` of a v1beta2 Machine; util/collections
+        ``IsUnhealthyAndOwnerRemediated``). On a 409 the Machine is read again and the write
+        retried (at most 5 tries, :func:`noderemedy_runner.kube.retry.call`). Raises NotFound for
+        a missing Machine."""
 
         def write() -> None:
             machine = self.get_custom(MACHINE, name, namespace)
             if machine is None:
                 raise NotFound(f"Machine {namespace}/{name} not found", "not_found", 404)
             status = dict(machine.get("status") or {})
-            conds = [c for c in status.get("conditions") or [] if c.get("type") != condition.get("type")]
             now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            conds = [c for c in status.get("conditions") or [] if c.get("type") != condition.get("type")]
             conds.append({**condition, "lastTransitionTime": now})
             status["conditions"] = conds
+            v1beta2 = dict(status.get("v1beta2") or {})
+            newer = [c for c in v1beta2.get("conditions") or [] if c.get("type") != condition.get("type")]
+            newer.append(
+                {
+                    "type": condition.get("type"),
+                    "status": condition.get("status"),
+                    "reason": condition.get("reason") or "",
+                    "message": condition.get("message") or "",
+                    "lastTransitionTime": now,
+                    "observedGeneration": int((machine.get("metadata") or {}).get("generation") or 0),
+                }
+            )
+            v1beta2["conditions"] = newer
+            status["v1beta2"] = v1beta2
             self.replace_status(MACHINE, machine, status)
 
         retry.call(write, tries=5, delay=0.05, retry_on={"conflict"})

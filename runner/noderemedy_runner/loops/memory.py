@@ -22,6 +22,7 @@ from noderemedy_runner.machines.actions import (
     FenceReading,
 )
 from noderemedy_runner.machines.conditions import parse_time
+from noderemedy_runner.machines.metal3 import PowerFailure
 from noderemedy_runner.machines.nodefence import (
     StepResult,
 )
@@ -46,6 +47,8 @@ class InMemory:
     evidence: dict[str, Any] | None = None
     power_failures: int = 0
     power_refused: bool = False
+    #: the last power run that failed (a Metal3Remediation's escalate counts it as a failed attempt)
+    power_failure: PowerFailure | None = None
     notes: list[str] = field(default_factory=list)
     remedy_result: PodRemedyResult | None = None
     #: the release of this flow (``restarts``) is recorded (its Event written, or its absence of

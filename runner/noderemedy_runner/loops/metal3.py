@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from noderemedy_runner import logs
+from noderemedy_runner.config.selectors import LabelSelector
 from noderemedy_runner.executor import Executor
 from noderemedy_runner.kube.errors import Conflict
 from noderemedy_runner.kube.resources import (
@@ -32,6 +33,7 @@ from noderemedy_runner.loops.memory import (
 )
 from noderemedy_runner.loops.release import ReleaseLedger, observe_left
 from noderemedy_runner.machines import metal3 as m3
+from noderemedy_runner.machines import metal3_escalate as m3e
 from noderemedy_runner.machines.actions import Action, FenceReading
 from noderemedy_runner.observer import Observer
 
@@ -64,7 +66,7 @@ class Metal3RemediationReconciler(Reconciler):
         kube: KubeIO,
         executor: Executor,
         *,
-        selector: m3.LabelSelector | None = None,
+        selector: LabelSelector | None = None,
         observer: Observer | None = None,
         clock: Callable[[], float] = time.time,
         dry_run: bool = False,
@@ -157,10 +159,11 @@ class Metal3RemediationReconciler(Reconciler):
             # safe return: what the taint has not yet released, looked at before the power-on
             left = (
                 observe_left(self.kube, str(node), None)
-                if node_obj is not None and taint and status.phase == m3.PHASE_RUNNING
+                if node_obj is not None and taint and status.phase in (m3.PHASE_RUNNING, m3.PHASE_POWER_OFF)
                 else None
             )
-            owner_false = False
+            # a Machine already gone (its owner deleted it) has nothing left to mark
+            owner_false = machine is None and status.phase == m3.PHASE_DELETING_MACHINE
             if machine is not None:
                 for c in (machine.get("status") or {}).get("conditions") or []:
                     if c.get("type") == m3.OWNER_REMEDIATED and c.get("status") == "False":
@@ -174,15 +177,17 @@ class Metal3RemediationReconciler(Reconciler):
                 left_on_node=left,
                 power=held.fresh_reading(now),
                 power_failed=held.power_refused or held.power_failures >= POWER_FAILURE_LIMIT,
+                power_failure=held.power_failure,
                 has_finalizer=m3.FINALIZER in (meta.get("finalizers") or []),
                 owner_remediated_false=owner_false,
             )
-            action = m3.decide(name, namespace, machine_name, status, strategy, host, obs)
+            decide = m3e.decide if strategy.type == m3.ESCALATE_STRATEGY else m3.decide
+            action = decide(name, namespace, machine_name, status, strategy, host, obs)
             if action.releases_workloads and not self.dry_run:  # the release rate limit
                 hold = self.releases.hold(self.kube, str(node), now)
                 if hold is not None:
                     obs = replace(obs, release_hold=hold)
-                    action = m3.decide(name, namespace, machine_name, status, strategy, host, obs)
+                    action = decide(name, namespace, machine_name, status, strategy, host, obs)
                     self._note_once(obj, held, m3.RELEASE_RATE_LIMITED, hold.message)
             if action.reason in (m3.WAIT_FOR_DETACH, "WaitNodeDrained") and left is not None:
                 self._note_once(
@@ -229,13 +234,18 @@ class Metal3RemediationReconciler(Reconciler):
             new = m3.Metal3RemediationStatus.from_dict(action.status)
             if old.phase == "" and new.phase == m3.PHASE_RUNNING:
                 self.observer.remediation_started(self.kind, name, str(node))
-            if new.phase in (m3.PHASE_DELETING, m3.PHASE_FAILED):
+            ends = (m3.PHASE_DELETING, m3.PHASE_FAILED, m3.PHASE_DELETING_MACHINE)
+            if new.phase in ends and new.phase != old.phase:
                 self.observer.remediation_finished(self.kind, name, str(node), new.phase)
-            type_ = "Warning" if new.phase in (m3.PHASE_DELETING, m3.PHASE_FAILED) else "Normal"
-            self.kube.event(
-                obj, type_, action.reason,
-                f"phase {old.phase or '-'} -> {new.phase}, retryCount {new.retry_count}",
-            )  # fmt: skip
+            warn = new.phase in ends or action.reason == m3e.ATTEMPT_FAILED
+            text = f"phase {old.phase or '-'} -> {new.phase}, retryCount {new.retry_count}"
+            changed = [c for c in new.conditions if c not in old.conditions]
+            if changed:
+                text += "; " + "; ".join(
+                    f"{c['type']}={c['status']} {c.get('reason', '')}: {c.get('message', '')}"
+                    for c in changed
+                )
+            self.kube.event(obj, "Warning" if warn else "Normal", action.reason, text)
             return True
         if action.kind in ("add_finalizer", "remove_finalizer"):
             self.kube.patch_finalizers(METAL3REMEDIATION, obj, m3.FINALIZER, action.kind == "add_finalizer")
@@ -246,8 +256,8 @@ class Metal3RemediationReconciler(Reconciler):
             self.kube.event(
                 obj,
                 "Warning",
-                "RetryLimitReached",
-                f"Machine {action.extravars['machine']}: OwnerRemediated=False",
+                action.reason,
+                f"Machine {action.extravars['machine']}: OwnerRemediated=False (its owner deletes it)",
             )
             return True
         if action.kind == "power":
@@ -269,9 +279,24 @@ class Metal3RemediationReconciler(Reconciler):
             if not outcome.succeeded or res is None:
                 held.power_failures += 1
                 held.power_refused = res is not None and res.error in POWER_REFUSED
-                self.kube.event(obj, "Warning", "PowerFailed", f"power {state}: {outcome.summary()}")
-                return False
-            held.power_failures, held.power_refused = 0, False
+                # the power is unknown after a failed run: an earlier reading no longer holds
+                held.reading, held.evidence = None, None
+                held.power_failure = m3.PowerFailure(
+                    state=state,
+                    attempt=max(1, old.retry_count),
+                    error=(res.error or "failed") if res is not None else "run",
+                    reading=m3.last_reading(res.state, res.msg) if res is not None else None,
+                    message=res.msg if res is not None else outcome.summary(),
+                    seconds=res.seconds if res is not None and res.seconds is not None else outcome.seconds,
+                    at=self.clock(),
+                )
+                self.kube.event(
+                    obj, "Warning", "PowerFailed",
+                    f"power {state} at BMC {host.bmc_address}: {outcome.summary()}",
+                )  # fmt: skip
+                # escalate counts it as a failed attempt at once; Reboot retries after a pause
+                return m3.strategy_type(obj.get("spec")) == m3.ESCALATE_STRATEGY
+            held.power_failures, held.power_refused, held.power_failure = 0, False, None
             off = res.fence.get("verified") is True
             held.reading = FenceReading(
                 node or host.name, off, "power_off", f"BareMetalHost {namespace}/{host.name}", self.clock()

@@ -27,6 +27,7 @@ from kubernetes import client
 
 from noderemedy_runner.config.fence import CloudDefaults
 from noderemedy_runner.config.remedy import ConfigurationSet
+from noderemedy_runner.config.selectors import LabelSelector
 from noderemedy_runner.executor import RUN_NICE, Executor
 from noderemedy_runner.jobs import JobExecutor, JobRuns
 from noderemedy_runner.kube.informer import Informer
@@ -38,7 +39,7 @@ from noderemedy_runner.loops.metal3 import Metal3RemediationReconciler
 from noderemedy_runner.loops.nodefence import NodeFenceReconciler
 from noderemedy_runner.loops.remedies import PodRemedies
 from noderemedy_runner.machines.health import HealthObserver
-from noderemedy_runner.machines.metal3 import LabelSelector, opted_in
+from noderemedy_runner.machines.metal3 import opted_in
 from noderemedy_runner.machines.nodefence import NodeFencePolicy
 from noderemedy_runner.observer import NullObserver, Observer
 from noderemedy_runner.playbooks import playbook_root

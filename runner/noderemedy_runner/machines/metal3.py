@@ -30,6 +30,10 @@ taint as it holds a NodeFence's.
 
 Our runner acts only on objects opted in (:func:`opted_in`): an annotation or a configured
 label selector, so it can share a cluster with CAPM3's own controller.
+
+This module also holds the vocabulary both strategies share (spec, status, host, observations,
+the power action); the seed's ``escalate`` strategy is :mod:`noderemedy_runner.machines.metal3_escalate`.
+Label selectors and durations come from :mod:`noderemedy_runner.config.selectors`.
 """
 
 from __future__ import annotations
@@ -39,6 +43,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from noderemedy_runner.config.selectors import (
+    FieldError,
+    LabelSelector,
+    parse_duration,
+)
 from noderemedy_runner.machines import actions as act
 from noderemedy_runner.machines.actions import Action, FenceReading
 from noderemedy_runner.machines.conditions import format_time, parse_time
@@ -48,9 +57,32 @@ PHASE_RUNNING = "Running"
 PHASE_WAITING = "Waiting"
 PHASE_DELETING = "Deleting machine"
 PHASE_FAILED = "Failed"
+#: CAPM3's phases (the Reboot strategy).
 PHASES = ("", PHASE_RUNNING, PHASE_WAITING, PHASE_DELETING, PHASE_FAILED)
+#: The escalate strategy's phases, in the seed's words (machine health checking: ``phase:
+#: power-off``): the host is being powered off, it is being powered on and its node awaited, the
+#: Machine was handed to its owner for deletion.
+PHASE_POWER_OFF = "power-off"
+PHASE_POWER_ON = "power-on"
+PHASE_DELETING_MACHINE = "deleting-machine"
+ESCALATE_PHASES = ("", PHASE_POWER_OFF, PHASE_POWER_ON, PHASE_DELETING_MACHINE, PHASE_FAILED)
+ALL_PHASES = (*PHASES, PHASE_POWER_OFF, PHASE_POWER_ON, PHASE_DELETING_MACHINE)
 
 REBOOT_STRATEGY = "Reboot"
+#: The seed's strategy: power-cycle up to ``deleteAfterRetries`` times, then machine deletion.
+ESCALATE_STRATEGY = "escalate"
+STRATEGIES = (REBOOT_STRATEGY, ESCALATE_STRATEGY)
+#: escalate's attempts when ``deleteAfterRetries`` is absent.
+DEFAULT_DELETE_AFTER_RETRIES = 3
+#: roles/metal3_reboot's ``metal3_reboot_power_timeout`` when no power timeout is given, seconds.
+DEFAULT_POWER_TIMEOUT_SECONDS = 20.0
+#: Our condition on a Metal3Remediation: False after a failed power attempt (reason
+#: :data:`POWER_TIMED_OUT` or :data:`POWER_FAILED`, the message naming the BMC address and its
+#: last reading), True once the host read back off.
+POWER_VERIFIED = "PowerVerified"
+POWER_TIMED_OUT = "PowerTimedOut"
+POWER_FAILED = "PowerFailed"
+NODE_NOT_READY = "NodeNotReady"
 FINALIZER = "metal3remediation.infrastructure.cluster.x-k8s.io"
 #: cluster-api v1beta1: MachineOwnerRemediatedCondition, WaitingForRemediationReason.
 OWNER_REMEDIATED = "OwnerRemediated"
@@ -68,62 +100,94 @@ DEFAULT_TIMEOUT_SECONDS = 300.0
 #: when the configured selector matches.
 OPT_IN_ANNOTATION = "remediation.noderemedy.io/runner"
 
-_DURATION_RE = re.compile(r"^(?:(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h))+$")
-_DURATION_PART_RE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
-_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-
 
 class Metal3Error(ValueError):
     """A Metal3Remediation, BareMetalHost or selector we cannot act on; the message names the
     object (kind/namespace/name) and the field."""
 
 
-def parse_duration(value: str, where: str) -> float:
-    """Seconds in a metav1.Duration string (Go ``time.ParseDuration``: ``300s``, ``5m0s``,
-    ``1h30m``, ``0``). Negative durations are refused. Raises :class:`Metal3Error` naming ``where``."""
-    text = value.strip() if isinstance(value, str) else value
-    if text == "0":
-        return 0.0
-    if not isinstance(text, str) or not _DURATION_RE.match(text):
-        raise Metal3Error(f"{where}: {value!r} is not a duration like 300s, 5m or 1h30m")
-    return sum(float(n) * _UNIT_SECONDS[u] for n, u in _DURATION_PART_RE.findall(text))
+def _int_field(value: Any, where: str, minimum: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise Metal3Error(f"{where}: {value!r} is not an integer >= {minimum}")
+    return value
 
 
 @dataclass(frozen=True)
 class RemediationStrategy:
-    """``spec.strategy``: ``type`` (only Reboot is acted on), ``retry_limit`` (extra attempts;
-    0 = none, as upstream's RetryLimitIsSet), ``timeout_seconds`` between attempts."""
+    """What a Metal3Remediation ``spec`` asks for.
+
+    CAPM3's ``spec.strategy``: ``type`` (:data:`STRATEGIES`: CAPM3's ``Reboot``, the seed's
+    ``escalate``), ``retry_limit`` (Reboot: extra attempts; 0 = none, as upstream's
+    RetryLimitIsSet), ``timeout_seconds`` (``timeout``, a Go duration, in v1beta1;
+    ``timeoutSeconds`` in v1beta2): how long an attempt may wait for the node to be Ready.
+
+    The seed's template fields (machine health checking), beside ``strategy`` in ``spec``:
+    ``delete_after_retries`` (``deleteAfterRetries``: escalate's power-cycle attempts before the
+    Machine is handed to its owner for deletion), ``power_off_timeout_seconds`` /
+    ``power_on_timeout_seconds`` (``powerOffTimeoutSeconds`` / ``powerOnTimeoutSeconds``: each
+    power transition, read back at the BMC, must finish within them; None: the role's default,
+    :data:`DEFAULT_POWER_TIMEOUT_SECONDS`).
+    """
 
     type: str = REBOOT_STRATEGY
     retry_limit: int = 0
     timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
+    delete_after_retries: int = DEFAULT_DELETE_AFTER_RETRIES
+    power_off_timeout_seconds: float | None = None
+    power_on_timeout_seconds: float | None = None
 
     @classmethod
     def from_spec(cls, spec: Mapping[str, Any] | None, where: str) -> RemediationStrategy:
-        """From a Metal3Remediation ``spec``; ``where`` names the object for errors.
-        Raises :class:`Metal3Error` on a negative retryLimit or a bad timeout."""
-        strategy = (spec or {}).get("strategy") or {}
+        """From a Metal3Remediation ``spec`` (v1beta1 or v1beta2 shape); ``where`` names the
+        object for errors. Raises :class:`Metal3Error` naming the field on an unknown strategy
+        type, a negative retryLimit, a bad timeout or timeoutSeconds, a deleteAfterRetries below
+        1 or a power timeout below 1 second. Nothing is half-read: it returns or raises."""
+        spec = spec or {}
+        if not isinstance(spec, Mapping):
+            raise Metal3Error(f"{where} spec: must be an object")
+        strategy = spec.get("strategy") or {}
         if not isinstance(strategy, Mapping):
             raise Metal3Error(f"{where} spec.strategy: must be an object")
-        limit = strategy.get("retryLimit", 0) or 0
-        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
-            raise Metal3Error(f"{where} spec.strategy.retryLimit: {limit!r} is not an integer >= 0")
-        timeout = strategy.get("timeout")
-        seconds = (
-            DEFAULT_TIMEOUT_SECONDS
-            if timeout in (None, "")
-            else parse_duration(timeout, f"{where} spec.strategy.timeout")
+        kind = strategy.get("type") or REBOOT_STRATEGY
+        if kind not in STRATEGIES:
+            raise Metal3Error(f"{where} spec.strategy.type: {kind!r} is not one of {', '.join(STRATEGIES)}")
+        limit = _int_field(strategy.get("retryLimit", 0) or 0, f"{where} spec.strategy.retryLimit", 0)
+        timeout, timeout_s = strategy.get("timeout"), strategy.get("timeoutSeconds")
+        seconds = DEFAULT_TIMEOUT_SECONDS
+        try:
+            if timeout not in (None, ""):
+                seconds = parse_duration(timeout, f"{where} spec.strategy.timeout")
+            elif timeout_s is not None:
+                seconds = float(_int_field(timeout_s, f"{where} spec.strategy.timeoutSeconds", 1))
+        except FieldError as exc:
+            raise Metal3Error(str(exc)) from exc
+        retries = _int_field(
+            spec.get("deleteAfterRetries", DEFAULT_DELETE_AFTER_RETRIES),
+            f"{where} spec.deleteAfterRetries",
+            1,
         )
-        return cls(str(strategy.get("type") or REBOOT_STRATEGY), limit, seconds)
+        power: list[float | None] = []
+        for key in ("powerOffTimeoutSeconds", "powerOnTimeoutSeconds"):
+            value = spec.get(key)
+            power.append(None if value is None else float(_int_field(value, f"{where} spec.{key}", 1)))
+        return cls(str(kind), limit, seconds, retries, power[0], power[1])
+
+    def power_timeout(self, state: str) -> float | None:
+        """The bound of a power transition to ``state`` (``off`` or ``on``) in seconds, or None
+        (the role's default)."""
+        return self.power_off_timeout_seconds if state == "off" else self.power_on_timeout_seconds
 
 
 @dataclass(frozen=True)
 class Metal3RemediationStatus:
-    """``status`` as upstream: ``phase``, ``retry_count``, ``last_remediated`` (seconds)."""
+    """``status`` as upstream: ``phase``, ``retry_count``, ``last_remediated`` (epoch seconds);
+    ours: ``conditions`` (metav1.Condition dicts, e.g. :data:`POWER_VERIFIED` naming the BMC and
+    its last reading after a failed power attempt)."""
 
     phase: str = ""
     retry_count: int = 0
     last_remediated: float | None = None
+    conditions: tuple[Mapping[str, Any], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON for the status subresource (empty fields omitted, as upstream's omitempty)."""
@@ -134,17 +198,36 @@ class Metal3RemediationStatus:
             out["retryCount"] = self.retry_count
         if self.last_remediated is not None:
             out["lastRemediated"] = format_time(self.last_remediated)
+        if self.conditions:
+            out["conditions"] = [dict(c) for c in self.conditions]
         return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> Metal3RemediationStatus:
-        """Parse ``.status``; ValueError on an unknown phase or malformed time."""
+        """Parse ``.status``; ValueError on an unknown phase, malformed time or conditions."""
         data = data or {}
         phase = str(data.get("phase", ""))
-        if phase not in PHASES:
-            raise ValueError(f"status.phase {phase!r} not in {PHASES}")
+        if phase not in ALL_PHASES:
+            raise ValueError(f"status.phase {phase!r} not in {ALL_PHASES}")
         last = data.get("lastRemediated")
-        return cls(phase, int(data.get("retryCount", 0)), parse_time(last) if last else None)
+        conds = data.get("conditions") or []
+        if not isinstance(conds, list) or not all(isinstance(c, Mapping) and c.get("type") for c in conds):
+            raise ValueError("status.conditions: must be a list of conditions with a type")
+        return cls(
+            phase,
+            int(data.get("retryCount", 0)),
+            parse_time(last) if last else None,
+            tuple(dict(c) for c in conds),
+        )
+
+    def condition(self, type_: str) -> Mapping[str, Any] | None:
+        """The condition of type ``type_``, or None."""
+        return next((c for c in self.conditions if c.get("type") == type_), None)
+
+    def with_condition(self, cond: Mapping[str, Any]) -> Metal3RemediationStatus:
+        """A copy with ``cond`` set (replacing the condition of its type)."""
+        rest = tuple(c for c in self.conditions if c.get("type") != cond.get("type"))
+        return replace(self, conditions=(*rest, dict(cond)))
 
 
 @dataclass(frozen=True)
@@ -196,6 +279,29 @@ class HostRef:
 
 
 @dataclass(frozen=True)
+class PowerFailure:
+    """A power run that did not read the wanted state back: ``state`` asked (``off``/``on``),
+    ``attempt`` (the ``retryCount`` it ran under), ``error`` (the module's class: ``timeout``,
+    ``verify``, ``unreachable``, ``auth``, ...; ``run`` when the playbook failed before the
+    module answered), ``reading`` (the BMC's last read-back: ``on``/``off``, None when it never
+    answered), ``message`` (the module's, never secret), ``seconds`` (how long the module tried),
+    ``at`` (epoch seconds)."""
+
+    state: str
+    attempt: int
+    error: str
+    reading: str | None
+    message: str
+    seconds: float
+    at: float
+
+    @property
+    def timed_out(self) -> bool:
+        """Whether the BMC did not reach the state (or did not answer) within the bound."""
+        return self.error in ("timeout", "verify", "unreachable")
+
+
+@dataclass(frozen=True)
 class Metal3Observations:
     """Fresh facts: ``now`` (seconds); ``node`` (Machine ``status.nodeRef.name`` or None);
     ``node_exists``/``node_ready``/``taint_present``; ``left_on_node``: what the taint has not yet
@@ -203,8 +309,9 @@ class Metal3Observations:
     ``release_hold``: the release rate limit holds the taint now;
     ``power``: the BMC's read-back as a :class:`FenceReading` (``fenced`` = read back off; None =
     not read this cycle); ``power_failed``: the executor could not power the host (after its own
-    retries); ``has_finalizer``; ``owner_remediated_false``: the Machine already has
-    ``OwnerRemediated=False``."""
+    retries); ``power_failure``: the last power run of this process that failed
+    (:class:`PowerFailure`; escalate counts it as a failed attempt); ``has_finalizer``;
+    ``owner_remediated_false``: the Machine already has ``OwnerRemediated=False``."""
 
     now: float
     node: str | None
@@ -215,13 +322,41 @@ class Metal3Observations:
     release_hold: RateHold | None = None
     power: FenceReading | None = None
     power_failed: bool = False
+    power_failure: PowerFailure | None = None
     has_finalizer: bool = False
     owner_remediated_false: bool = False
 
 
-def power_action(name: str, host: HostRef, state: str, node: str | None, retry_count: int) -> Action:
+_READ_BACK_RE = re.compile(r"read back: (?:[\w.-]+=)?(on|off)\b")
+
+
+def last_reading(state: str | None, message: str) -> str | None:
+    """The BMC's last power reading after a failed power run: the module's ``power_state`` when
+    it gave one, else the read-back its verify error names (plugins/module_utils/_fence.py:
+    ``not verified off within power_timeout=5s ... (read back: chassis=on)``); None when the BMC
+    never answered."""
+    if state in ("on", "off"):
+        return state
+    found = _READ_BACK_RE.search(message or "")
+    return found.group(1) if found else None
+
+
+def strategy_type(spec: Any) -> str:
+    """``spec.strategy.type`` of a Metal3Remediation ``spec`` (Reboot when absent or malformed;
+    :meth:`RemediationStrategy.from_spec` is the validating reader)."""
+    strategy = spec.get("strategy") if isinstance(spec, Mapping) else None
+    kind = strategy.get("type") if isinstance(strategy, Mapping) else None
+    return str(kind or REBOOT_STRATEGY)
+
+
+def power_action(
+    name: str, host: HostRef, state: str, node: str | None, retry_count: int, timeout: float | None = None
+) -> Action:
     """``power`` via ``bmh_power.yml``: extravars name the host, its BMC address and the
-    credentials Secret (``credentials_name``), never the credentials."""
+    credentials Secret (``credentials_name``), never the credentials; ``power_timeout``: the
+    seconds the module may take to read ``state`` back (``timeout``; omitted when None, the
+    role's default :data:`DEFAULT_POWER_TIMEOUT_SECONDS`)."""
+    extra: dict[str, Any] = {} if timeout is None else {"power_timeout": timeout}
     return Action(
         kind="power",
         playbook=act.PLAYBOOKS["power"],
@@ -234,6 +369,7 @@ def power_action(name: str, host: HostRef, state: str, node: str | None, retry_c
             "disable_certificate_verification": host.disable_certificate_verification,
             "state": state,
             "node": node,
+            **extra,
         },
         reason=f"Power{state.capitalize()}",
     )
@@ -326,78 +462,6 @@ def decide(
             reason="RetryLimitReached",
         )
     return _write(replace(s, phase=PHASE_DELETING), "RetryLimitReached")
-
-
-# --- opt-in predicate ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Requirement:
-    """One ``matchExpressions`` entry: ``key``, ``operator`` (In, NotIn, Exists, DoesNotExist), ``values``."""
-
-    key: str
-    operator: str
-    values: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class LabelSelector:
-    """A metav1.LabelSelector (``matchLabels`` and ``matchExpressions``, ANDed)."""
-
-    match_labels: tuple[tuple[str, str], ...] = ()
-    match_expressions: tuple[Requirement, ...] = ()
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        """Whether ``labels`` satisfy every term (apimachinery semantics; an empty selector
-        matches everything)."""
-        for k, v in self.match_labels:
-            if labels.get(k) != v:
-                return False
-        for r in self.match_expressions:
-            present = r.key in labels
-            if r.operator == "In" and (not present or labels[r.key] not in r.values):
-                return False
-            if r.operator == "NotIn" and present and labels[r.key] in r.values:
-                return False
-            if r.operator == "Exists" and not present:
-                return False
-            if r.operator == "DoesNotExist" and present:
-                return False
-        return True
-
-
-def parse_label_selector(data: Any, where: str) -> LabelSelector:
-    """A :class:`LabelSelector` from its JSON form. ``where`` names the source for errors (e.g.
-    ``"ConfigMap noderemedy-runner key metal3RemediationSelector"``). Raises
-    :class:`Metal3Error` on unknown fields, non-string labels, unknown operators, values given
-    with Exists/DoesNotExist or missing with In/NotIn."""
-    if not isinstance(data, Mapping):
-        raise Metal3Error(f"{where}: a label selector is an object, got {type(data).__name__}")
-    unknown = sorted(set(map(str, data)) - {"matchLabels", "matchExpressions"})
-    if unknown:
-        raise Metal3Error(f"{where}: unknown label selector fields {unknown}")
-    labels = data.get("matchLabels") or {}
-    if not isinstance(labels, Mapping) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
-    ):
-        raise Metal3Error(f"{where}: matchLabels must map strings to strings")
-    reqs: list[Requirement] = []
-    for i, expr in enumerate(data.get("matchExpressions") or []):
-        at = f"{where}: matchExpressions[{i}]"
-        if not isinstance(expr, Mapping) or not isinstance(expr.get("key"), str) or not expr.get("key"):
-            raise Metal3Error(f"{at}: needs a string key")
-        op = expr.get("operator")
-        values = expr.get("values") or []
-        if op not in ("In", "NotIn", "Exists", "DoesNotExist"):
-            raise Metal3Error(f"{at}: operator {op!r} not one of In, NotIn, Exists, DoesNotExist")
-        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
-            raise Metal3Error(f"{at}: values must be a list of strings")
-        if op in ("In", "NotIn") and not values:
-            raise Metal3Error(f"{at}: operator {op} needs values")
-        if op in ("Exists", "DoesNotExist") and values:
-            raise Metal3Error(f"{at}: operator {op} takes no values")
-        reqs.append(Requirement(expr["key"], op, tuple(values)))
-    return LabelSelector(tuple(sorted(labels.items())), tuple(reqs))
 
 
 def opted_in(metadata: Mapping[str, Any], selector: LabelSelector | None) -> bool:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from noderemedy_runner.config.remedy import IntOrPercent, StormGuard
+from noderemedy_runner.config.storm import IntOrPercent, StormGuard
 
 REASON_WITHIN_LIMIT = "WithinLimit"
 REASON_TOO_MANY = "TooManyUnhealthy"

@@ -84,12 +84,17 @@ NodeFenceKeys = [
         (
             "infrastructure.cluster.x-k8s.io_metal3remediations.yaml",
             ("status",),
-            {"phase", "retryCount", "lastRemediated"},
+            {"phase", "retryCount", "lastRemediated", "conditions"},
         ),
         (
             "infrastructure.cluster.x-k8s.io_metal3remediations.yaml",
             ("spec", "strategy"),
-            {"type", "retryLimit", "timeout"},
+            {"type", "retryLimit", "timeout", "timeoutSeconds"},
+        ),
+        (
+            "infrastructure.cluster.x-k8s.io_metal3remediations.yaml",
+            ("spec",),
+            {"strategy", "deleteAfterRetries", "powerOffTimeoutSeconds", "powerOnTimeoutSeconds"},
         ),
         (
             "metal3.io_baremetalhosts.yaml",
@@ -106,8 +111,31 @@ def test_upstream_field_names(name: str, path: tuple[str, ...], expected: set[st
 
 
 def test_metal3_status_keys_are_the_schema_keys() -> None:
-    written = metal3.Metal3RemediationStatus("Waiting", 1, 1.0).to_dict()
+    cond = {"type": metal3.POWER_VERIFIED, "status": "True", "lastTransitionTime": "2023-11-14T22:13:20Z"}
+    written = metal3.Metal3RemediationStatus("Waiting", 1, 1.0, (cond,)).to_dict()
     props = schema(load("infrastructure.cluster.x-k8s.io_metal3remediations.yaml"))["properties"]["status"][
         "properties"
     ]
     assert set(written) == set(props)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "infrastructure.cluster.x-k8s.io_metal3remediations.yaml",
+        "infrastructure.cluster.x-k8s.io_metal3remediationtemplates.yaml",
+    ],
+)
+def test_metal3_crds_serve_capm3s_versions_with_the_strategies_and_phases_of_the_machine(name: str) -> None:
+    crd = load(name)
+    versions = {v["name"]: v for v in crd["spec"]["versions"]}
+    assert set(versions) == {"v1beta1", "v1beta2"}, "the versions CAPM3 serves"
+    assert versions["v1beta2"]["storage"] and versions["v1beta1"]["deprecated"]
+    for v in versions.values():
+        spec = v["schema"]["openAPIV3Schema"]["properties"]["spec"]
+        if name.endswith("templates.yaml"):
+            spec = spec["properties"]["template"]["properties"]["spec"]
+        assert tuple(spec["properties"]["strategy"]["properties"]["type"]["enum"]) == metal3.STRATEGIES
+        if not name.endswith("templates.yaml"):
+            phases = v["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]["phase"]["enum"]
+            assert set(phases) == set(metal3.ALL_PHASES) - {""}

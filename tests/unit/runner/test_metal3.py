@@ -12,21 +12,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from noderemedy_runner.config.selectors import FieldError, LabelSelector, parse_duration, parse_label_selector
 from noderemedy_runner.machines.actions import Action, FenceReading
 from noderemedy_runner.machines.metal3 import (
     FINALIZER,
     OPT_IN_ANNOTATION,
     PHASES,
     HostRef,
-    LabelSelector,
     Metal3Error,
     Metal3Observations,
     Metal3RemediationStatus,
     RemediationStrategy,
     decide,
     opted_in,
-    parse_duration,
-    parse_label_selector,
 )
 from noderemedy_runner.machines.release import LeftOnNode, RateHold
 
@@ -316,7 +314,7 @@ def test_parse_duration(text: str, seconds: float) -> None:
 
 @pytest.mark.parametrize("text", ["", "5", "-5s", "5 m", "five minutes", "1d"])
 def test_parse_duration_errors_name_the_field(text: str) -> None:
-    with pytest.raises(Metal3Error, match=r"^m3r spec.strategy.timeout: .* is not a duration"):
+    with pytest.raises(FieldError, match=r"^m3r spec.strategy.timeout: .* is not a duration"):
         parse_duration(text, "m3r spec.strategy.timeout")
 
 
@@ -410,5 +408,5 @@ def test_selector_semantics() -> None:
     ],
 )
 def test_selector_errors_name_the_source(data: Any, problem: str) -> None:
-    with pytest.raises(Metal3Error, match=r"^ConfigMap noderemedy-runner key sel: .*" + problem):
+    with pytest.raises(FieldError, match=r"^ConfigMap noderemedy-runner key sel: .*" + problem):
         parse_label_selector(data, "ConfigMap noderemedy-runner key sel")
