@@ -30,8 +30,8 @@ The two rack failures:
   say power on, so a fence must still cut them off before anything is released.
 
 Costs, measured on this project's 2-core machine (docs/lab.md, "A rack"): each BMC is one
-``ipmi_sim`` process of about 11 MiB RSS and one UDP port (``port_base + 100 + i``); the PDU and the
-switch are one snmpd each whatever the number of outlets.
+``ipmi_sim`` process (40 of them: 144 MiB RSS in all) and one UDP port (``port_base + 100 + i``);
+the PDU and the switch are one snmpd each whatever the number of outlets.
 """
 
 from __future__ import annotations
