@@ -276,6 +276,95 @@ def remedy_pods(doc: Any, name: str) -> list[str]:
     return lines + _table(["figure", "in-process", "Job", "Job / in-process"], rows)
 
 
+def _rack_row(label: str, e: Any) -> list[str]:
+    t = e.get("taint_s") or {}
+    return [
+        label,
+        f"{_v(t.get('p50'))} / {_v(t.get('p99'))} / {_v(t.get('max'))} s",
+        _v(e.get("last_taint_after_last_not_ready_s"), " s"),
+        _v(e.get("final_max_s"), " s"),
+        _v(e.get("last_final_after_last_not_ready_s"), " s"),
+        f"{_v(e.get('tainted'))} / {_v(e.get('final'))} of {_v(e.get('nodes'))}",
+        _v(e.get("runs_started", e.get("agent_processes"))),
+        _v(e.get("ansible_playbook_processes")),
+        _v(e.get("cpu_s"), " s"),
+        _v(e.get("rss_mb"), " MB"),
+        _v(e.get("released_without_evidence")),
+    ]
+
+
+_RACK_HEAD = [
+    "rack / setting", "taint p50 / p99 / max", "last taint after last NotReady", "Final, max",
+    "last Final after last NotReady", "tainted / Final", "runs started", "ansible-playbook processes",
+    "CPU", "peak RSS", "released without evidence",
+]  # fmt: skip
+
+
+def rack(doc: Any, name: str) -> list[str]:
+    """A rack fails (``bench/rack.py``): per rack, executor and ``--max-power-fencing`` setting the
+    per-node seconds from NotReady and the run costs; a rack not measured says why."""
+    lines: list[str] = []
+    rows = []
+    for key, r in (doc.get("racks") or {}).items():
+        if "not_measured" in r:
+            lines += [f"`{key}`: not measured: {_v(r['not_measured'])}", ""]
+            continue
+        m = r.get("machine") or {}
+        lines += [
+            f"`{key}` measured `{_v(r.get('generated_at'))}` ({_v(r.get('command'))}); {_v(m.get('cpus'))} "
+            f"CPUs, 1-min load average before/after: {_v(m.get('load_average_1m_before_after'))}; "
+            f"{_v(r.get('failure'))}; {_v(r.get('fence_configuration'))}; the runner's default "
+            f"`--max-power-fencing`: {_v(r.get('runner_default_max_power_fencing'))}.",
+            "",
+        ]
+        for ex, settings in (r.get("executors") or {}).items():
+            if "not_measured" in settings:
+                lines += [f"`{key}` {ex}: not measured: {_v(settings['not_measured'])}", ""]
+                continue
+            for setting, e in (settings.get("by_max_power_fencing") or {"": settings}).items():
+                rows.append(
+                    _rack_row(
+                        f"{key}, {ex}, --max-power-fencing {setting} ({_v(e.get('max_power_fencing'))})", e
+                    )
+                )
+    single = doc.get("single_node_power_cut") or {}
+    if single.get("inprocess"):
+        rows.append(
+            _rack_row(
+                f"one node's power cut, in-process ({_v(single.get('fence_configuration'))})",
+                single["inprocess"],
+            )
+        )
+    return lines + _table(_RACK_HEAD, rows)
+
+
+def peers(doc: Any, name: str) -> list[str]:
+    """Ours against medik8s fence-agents-remediation in the same run (``bench/rack.py --far-src``)."""
+    f = doc.get("far") or {}
+    if "not_measured" in f:
+        return [f"FAR: not measured: {_v(f['not_measured'])}"]
+    m = f.get("machine") or {}
+    lines = [
+        f"Measured `{_v(f.get('generated_at'))}` ({_v(f.get('command'))}), FAR tree `{_v(f.get('far_commit'))}`; "
+        f'1-min load average before/after: {_v(m.get("load_average_1m_before_after"))}. FAR\'s "Final" is its '
+        '`Succeeded` condition; its "runs started" column counts `fence_ipmilan` processes.',
+        "",
+    ]
+    rows = []
+    ours = f.get("ours_inprocess") or {}
+    for key, val in f.items():
+        if key.startswith("rack_power_loss") and val:
+            rows.append(_rack_row(f"FAR, {key}", val))
+            mine = ours.get(key.replace("rack_", "")) or {}
+            for setting, e in (mine.get("by_max_power_fencing") or {}).items():
+                rows.append(_rack_row(f"ours, in-process, --max-power-fencing {setting}", e))
+    if f.get("single_node_power_cut"):
+        rows.append(_rack_row("FAR, one node's power cut", f["single_node_power_cut"]))
+    if ours.get("single_node_power_cut"):
+        rows.append(_rack_row("ours, one node's power cut", ours["single_node_power_cut"]))
+    return lines + _table(_RACK_HEAD, rows)
+
+
 #: file name → (title, renderer). Order of the page.
 KNOWN: dict[str, tuple[str, Callable[[Any, str], list[str]]]] = {
     "e2e.json": ("End to end: the demo", e2e),
@@ -284,6 +373,8 @@ KNOWN: dict[str, tuple[str, Callable[[Any, str], list[str]]]] = {
     "watcher.json": ("Detection at 1,000 nodes", watcher),
     "watcher-detect-only.json": ("Detection at 1,000 nodes, no playbook runs (`--detect-only`)", watcher),
     "remedy-pods.json": ("The Job executor against the in-process executor", remedy_pods),
+    "rack.json": ("A rack fails", rack),
+    "peers.json": ("Against medik8s fence-agents-remediation", peers),
 }
 
 

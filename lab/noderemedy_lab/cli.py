@@ -6,6 +6,8 @@
                                          start the lab in the background; prints where it is
     noderemedy-lab power NODE on|off     power a node on/off through its BMC (ipmitool)
     noderemedy-lab link NODE up|down     reconnect / partition a real node (its veth on the lab bridge)
+    noderemedy-lab rack power-loss|power-restore|switch-loss|switch-restore|status
+                                         fail / restore the rack of a lab started with 'up --rack'
     noderemedy-lab import-image FILE     import an image archive into every real node's containerd
     noderemedy-lab status                health of every component (exit 1 if any is unhealthy)
     noderemedy-lab env                   shell exports: KUBECONFIG, NODEREMEDY_LAB_DIR, SNMP_PERSISTENT_DIR
@@ -36,9 +38,10 @@ from .procs import ComponentError, proc_start_time, stop_recorded, tail
 def _config(args: argparse.Namespace) -> LabConfig:
     return LabConfig(
         workdir=Path(args.workdir),
-        nodes=args.nodes,
+        nodes=args.nodes if args.nodes is not None else (40 if args.rack else 3),
         port_base=args.port_base,
         kube=not args.no_kube,
+        rack=args.rack,
         node_monitor_grace_period=args.grace_period,
         peers=list(args.peers),
         real_nodes=args.real_nodes,
@@ -132,7 +135,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         sys.executable, "-m", "noderemedy_lab.cli", "--workdir", str(cfg.workdir), "_serve",
         "--nodes", str(cfg.nodes), "--port-base", str(cfg.port_base),
         "--grace-period", str(cfg.node_monitor_grace_period), "--real-nodes", str(cfg.real_nodes),
-    ] + (["--no-kube"] if not cfg.kube else []) + (["--peers", ",".join(cfg.peers)] if cfg.peers else [])  # fmt: skip
+    ] + (["--rack"] if cfg.rack else []) + (["--no-kube"] if not cfg.kube else []) + (["--peers", ",".join(cfg.peers)] if cfg.peers else [])  # fmt: skip
     with open(log, "w") as out:
         proc = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
@@ -273,6 +276,30 @@ def cmd_link(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_rack(args: argparse.Namespace) -> int:
+    from .rack import Rack
+
+    lab = _attached(Path(args.workdir))
+    if "rack" not in lab.info:
+        print(f"error: the lab in {args.workdir} was not started with --rack", file=sys.stderr)
+        return 1
+    rack = Rack(lab, lab.info["rack"]["nodes"])  # the lab's supervisor runs its watcher
+    if args.action == "status":
+        outlets = rack.outlet_states()
+        switch = "down" if (rack.dir / "switch-down").exists() else "up"
+        for node in rack.nodes:
+            print(f"{node}: outlet {outlets[node]}, bmc {rack.bmc_power(node)}, switch {switch}")
+        return 0
+    {
+        "power-loss": rack.power_loss,
+        "power-restore": rack.power_restore,
+        "switch-loss": rack.switch_loss,
+        "switch-restore": rack.switch_restore,
+    }[args.action]()
+    print(f"rack of {len(rack.nodes)} nodes: {args.action}")
+    return 0
+
+
 def _attached(workdir: Path):
     """A Lab object describing the running lab in ``workdir`` (for commands that drive it)."""
     from .lab import Lab
@@ -297,7 +324,18 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True)
 
     def lab_opts(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--nodes", type=int, default=3, help="kwok nodes, each with a BMC (1..1000)")
+        sp.add_argument(
+            "--nodes",
+            type=int,
+            default=None,
+            help="kwok nodes, each with a BMC (1..1000; 3, or 40 with --rack)",
+        )
+        sp.add_argument(
+            "--rack",
+            action="store_true",
+            help="wire the kwok nodes as a rack: one PDU outlet, one switch port and a BMC each "
+            "(a node runs only while its BMC and outlet are on and the switch is up)",
+        )
         sp.add_argument("--port-base", type=int, default=20000, help="first port of the lab's port layout")
         sp.add_argument("--no-kube", action="store_true", help="devices only (no control plane)")
         sp.add_argument("--grace-period", type=int, default=20, help="node-monitor-grace-period in seconds")
@@ -338,6 +376,11 @@ def parser() -> argparse.ArgumentParser:
     ln.add_argument("node")
     ln.add_argument("state", choices=("up", "down"))
     ln.set_defaults(func=cmd_link)
+    rk = sub.add_parser("rack", help="fail or restore the rack (lab started with --rack)")
+    rk.add_argument(
+        "action", choices=("power-loss", "power-restore", "switch-loss", "switch-restore", "status")
+    )
+    rk.set_defaults(func=cmd_rack)
     return p
 
 

@@ -130,6 +130,8 @@ class LabConfig:
         real_nodes: number of real nodes (kubelet + containerd + runc in their own network and
             mount namespaces, ``lab-real-<j>``), 0 to 20; each also gets a BMC, PDU outlet and FC
             port after the kwok nodes'.
+        rack: wire every kwok node as a rack (:mod:`noderemedy_lab.rack`): a node runs only while
+            its BMC and its PDU outlet are on and the rack's switch is up.
     """
 
     workdir: Path = field(default_factory=default_workdir)
@@ -143,6 +145,7 @@ class LabConfig:
     extra_apiserver_args: list[str] = field(default_factory=list)
     peers: list[str] = field(default_factory=list)
     real_nodes: int = 0
+    rack: bool = False
 
     def __post_init__(self) -> None:
         self.workdir = Path(self.workdir).resolve()
@@ -150,6 +153,8 @@ class LabConfig:
             raise ValueError(f"nodes: must be between 1 and 1000, got {self.nodes}")
         if not 0 <= self.real_nodes <= MAX_REAL_NODES:
             raise ValueError(f"real_nodes: must be between 0 and {MAX_REAL_NODES}, got {self.real_nodes}")
+        if self.rack and not (self.kube and self.devices):
+            raise ValueError("rack: a rack needs both the control plane (kube) and the devices")
         total = self.nodes + self.real_nodes
         if not 1024 <= self.port_base <= 65535 - BMC_PORT_OFFSET - total:
             raise ValueError(f"port_base: {self.port_base} leaves no room for {total} BMC ports")

@@ -37,6 +37,8 @@ case "$1" in
     [ "$2" = 1 ] && exit 0
     exec "{python}" -m noderemedy_lab.realnode power-off "{real_dir}/$1/spec.json" ;;
 esac
+# a node of a rack: labelled by noderemedy_lab.rack from its BMC, its outlet and its switch
+[ -e "{rack_dir}/nodes/$1" ] && exit 0
 case "$2" in 1) v=on ;; *) v=off ;; esac
 exec timeout 10 "{kubectl}" --kubeconfig "{kubeconfig}" --request-timeout=5s \\
     label node "$1" {label}="$v" --overwrite
@@ -66,6 +68,7 @@ class Lab:
         self._api = None
         self._power_hook: list[str] | None = None
         self.real = None  # RealNodes once started
+        self.rack = None  # noderemedy_lab.rack.Rack once started (LabConfig.rack)
         self._binaries: dict[str, Path] = {}
         self._watch_stop = threading.Event()
         self._watcher: threading.Thread | None = None
@@ -121,6 +124,12 @@ class Lab:
             for peer in cfg.peers:
                 say(f"starting the {peer} peer")
                 self.ensure_peer(peer, write=False)
+            if cfg.rack:
+                from .rack import Rack
+
+                say(f"wiring the rack: {cfg.nodes} nodes behind one PDU and one switch")
+                self.rack = Rack(self).start()
+                self.info["rack"] = {"nodes": node_names, "dir": str(self.rack.dir)}
             if cfg.kube:
                 say("waiting for the nodes to turn Ready")
                 self.wait_nodes(node_names, "True", ready_timeout)
@@ -129,6 +138,8 @@ class Lab:
             self.info["started_in_s"] = round(time.monotonic() - t0, 2)
             self.write_state()
         except BaseException:
+            if self.rack is not None:
+                self.rack.close()
             self._stop_real()
             sup.stop_all()
             raise
@@ -314,6 +325,8 @@ class Lab:
         if self._api is not None:
             self._api.close()
             self._api = None
+        if self.rack is not None:
+            self.rack.close()
         self._stop_real()
         if self.supervisor is not None:
             self.supervisor.stop_all()
@@ -386,6 +399,7 @@ class Lab:
                 label=POWER_LABEL,
                 python=sys.executable,
                 real_dir=self.config.workdir / "real",
+                rack_dir=self.config.workdir / "rack",
             )
         )
         os.chmod(path, 0o755)
