@@ -34,28 +34,37 @@ from runner_harness import CRD_DIR, Runner, delete_nodefences
 ROOT = Path(__file__).resolve().parents[2]
 
 #: Seconds of tests per file (the lab start-ups of its first test included), measured with
-#: ``--durations=0`` on this machine, for the files that take longest; the scheduling hint of
-#: :func:`pytest_collection_modifyitems`. A file not listed counts :data:`SECONDS_PER_TEST` per test
-#: when it is an integration test, 0 otherwise (the unit tests take milliseconds).
+#: ``--durations=0`` on this machine, for the files that take longest: the scheduling hint of
+#: :func:`pytest_collection_modifyitems`. Files that use the real nodes are marked; the lab's real
+#: nodes start in the first such file a worker runs. A file not listed counts
+#: :data:`SECONDS_PER_TEST` per test when it is an integration test, 0 otherwise (the unit tests take
+#: milliseconds).
 FILE_SECONDS = {
-    "test_demo.py": 600,  # the image fixture's ./dev image (about 260 s), then the demo on its own lab
-    "test_runner_e2e.py": 395,
-    "test_static_pod_apiserver_node.py": 380,  # real nodes; four fallbacks of 25 to 60 s each
-    "test_runner_in_cluster.py": 340,  # real nodes; the runner deployed, two failures healed
-    "test_real_node_fencing.py": 300,  # real nodes (their start-up is in its first test)
-    "test_molecule.py": 281,
-    "test_static_pod_role_defaults.py": 200,  # real nodes
-    "test_runner_remedy_pods.py": 180,  # real nodes
-    "test_node_drain.py": 153,
-    "test_static_pod_monitor_pod.py": 150,  # real nodes
-    "test_static_pod_kubelet.py": 120,  # real nodes
+    "test_static_pod_apiserver_node.py": 582,  # real nodes
+    "test_runner_e2e.py": 566,
+    "test_static_pod_role_defaults.py": 533,  # real nodes
+    "test_demo.py": 444,  # the image fixture's ./dev image (216 s), then the demo on its own lab
+    "test_molecule.py": 384,
+    "test_runner_in_cluster.py": 377,  # real nodes
+    "test_real_node_fencing.py": 306,  # real nodes
+    "test_runner_safe_return.py": 263,
+    "test_static_pod_kubelet.py": 235,  # real nodes
+    "test_static_pod_monitor_pod.py": 221,  # real nodes
+    "test_runner_e2e_devices.py": 196,
+    "test_runner_finalizer.py": 153,
+    "test_node_drain.py": 132,
+    "test_runner_sigterm.py": 131,
+    "test_runner_remedy_pods.py": 112,  # real nodes
     "test_fencing_pdu.py": 112,
     "test_fencing_fc.py": 111,
-    "test_real_nodes.py": 110,  # real nodes
     "test_static_pod_module.py": 106,
     "test_static_pod_fallback.py": 102,
+    "test_runner_restart.py": 101,
     "test_lab_kube.py": 101,
+    "test_real_nodes.py": 97,  # real nodes
+    "test_runner_guards.py": 73,
     "test_watcher_detection.py": 67,
+    "test_runner_stop.py": 55,
 }
 #: The estimate for a test of an integration file :data:`FILE_SECONDS` does not list, seconds.
 SECONDS_PER_TEST = 6
