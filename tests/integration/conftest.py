@@ -37,8 +37,8 @@ ROOT = Path(__file__).resolve().parents[2]
 #: ``--durations=0`` on this machine, for the files that take longest: the scheduling hint of
 #: :func:`pytest_collection_modifyitems`. Files that use the real nodes are marked; the lab's real
 #: nodes start in the first such file a worker runs. A file not listed counts
-#: :data:`SECONDS_PER_TEST` per test when it is an integration test, 0 otherwise (the unit tests take
-#: milliseconds).
+#: :data:`SECONDS_PER_TEST` per test when it is an integration test, 0 otherwise (most unit test
+#: files take a few seconds; the two listed run exhaustive sweeps of the state machines).
 FILE_SECONDS = {
     "test_static_pod_apiserver_node.py": 582,  # real nodes
     "test_runner_e2e.py": 566,
@@ -65,6 +65,8 @@ FILE_SECONDS = {
     "test_runner_guards.py": 73,
     "test_watcher_detection.py": 67,
     "test_runner_stop.py": 55,
+    "test_nodefence.py": 99,  # tests/unit/runner: the NodeFence machine's exhaustive sweeps
+    "test_executor.py": 38,  # tests/unit/runner
 }
 #: The estimate for a test of an integration file :data:`FILE_SECONDS` does not list, seconds.
 SECONDS_PER_TEST = 6
