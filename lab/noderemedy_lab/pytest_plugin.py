@@ -16,7 +16,8 @@ range (``worker_port_base() + offset``): the session lab +0..+14 and +100..+(100
 tests/integration/test_demo.py's demo lab +20..+34 and +120..+124;
 tests/integration/test_lab_cli.py's labs +200..+294 and +300..+381; test_lab_devices.py's
 +420..+474 and +520..+560; free ports picked by tests +580..+599. Tests that share a lab's
-state run in one worker (``./dev test`` distributes by file, ``--dist loadfile``).
+state run in one worker (``./dev test`` distributes by file, ``--dist loadfile``, longest file first:
+tests/integration/conftest.py).
 
 The test lab's node monitor grace period is :data:`TEST_GRACE_PERIOD` (the demo's lab keeps the
 default, 20 s): tests wait for the real node lifecycle controller, and a shorter period is a shorter
@@ -86,7 +87,9 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
     Tests that use the real nodes (fixture ``lab_real``) run last, in their collected order: once
     started, the real nodes stay registered in the cluster for the rest of the session, and the
-    tests written for the kwok nodes count every node of the cluster."""
+    tests written for the kwok nodes count every node of the cluster. (Under pytest-xdist,
+    tests/integration/conftest.py then orders whole files by their expected time, longest first,
+    so that no long file starts last: a worker may then run kwok tests after its real nodes started.)"""
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
         if names & {"lab", "lab_kube", "lab_real"}:

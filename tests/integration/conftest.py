@@ -19,6 +19,7 @@ import fcntl
 import json
 import subprocess
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,28 +33,70 @@ from runner_harness import CRD_DIR, Runner, delete_nodefences
 
 ROOT = Path(__file__).resolve().parents[2]
 
-#: The longest test files (seconds of tests per file, measured with ``--durations=0`` under 2
-#: workers), longest first. pytest-xdist's ``--dist loadfile`` hands files out in collection order,
-#: so these go first: the longest file then starts at once instead of last and finishing alone.
-LONGEST_FIRST = [
-    "test_demo.py",  # 406 s (the image fixture's ./dev image, then the whole demo)
-    "test_runner_e2e.py",  # 395 s
-    "test_molecule.py",  # 281 s
-    "test_node_drain.py",  # 153 s
-    "test_fencing_pdu.py",  # 112 s
-    "test_fencing_fc.py",  # 111 s
-    "test_static_pod_module.py",  # 106 s
-    "test_static_pod_fallback.py",  # 102 s
-    "test_lab_kube.py",  # 101 s
-    "test_watcher_detection.py",  # 67 s
-]
+#: Seconds of tests per file (the lab start-ups of its first test included), measured with
+#: ``--durations=0`` on this machine, for the files that take longest: the scheduling hint of
+#: :func:`pytest_collection_modifyitems`. Files that use the real nodes are marked; the lab's real
+#: nodes start in the first such file a worker runs. A file not listed counts
+#: :data:`SECONDS_PER_TEST` per test when it is an integration test, 0 otherwise (most unit test
+#: files take a few seconds; the two listed run exhaustive sweeps of the state machines).
+FILE_SECONDS = {
+    "test_static_pod_apiserver_node.py": 582,  # real nodes
+    "test_runner_e2e.py": 566,
+    "test_static_pod_role_defaults.py": 533,  # real nodes
+    "test_demo.py": 444,  # the image fixture's ./dev image (216 s), then the demo on its own lab
+    "test_molecule.py": 384,
+    "test_runner_in_cluster.py": 377,  # real nodes
+    "test_real_node_fencing.py": 306,  # real nodes
+    "test_runner_safe_return.py": 263,
+    "test_static_pod_kubelet.py": 235,  # real nodes
+    "test_static_pod_monitor_pod.py": 221,  # real nodes
+    "test_runner_e2e_devices.py": 196,
+    "test_runner_finalizer.py": 153,
+    "test_node_drain.py": 132,
+    "test_runner_sigterm.py": 131,
+    "test_runner_remedy_pods.py": 112,  # real nodes
+    "test_fencing_pdu.py": 112,
+    "test_fencing_fc.py": 111,
+    "test_static_pod_module.py": 106,
+    "test_static_pod_fallback.py": 102,
+    "test_runner_restart.py": 101,
+    "test_lab_kube.py": 101,
+    "test_real_nodes.py": 97,  # real nodes
+    "test_runner_guards.py": 73,
+    "test_watcher_detection.py": 67,
+    "test_runner_stop.py": 55,
+    "test_nodefence.py": 99,  # tests/unit/runner: the NodeFence machine's exhaustive sweeps
+    "test_executor.py": 38,  # tests/unit/runner
+}
+#: The estimate for a test of an integration file :data:`FILE_SECONDS` does not list, seconds.
+SECONDS_PER_TEST = 6
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Collect the files of :data:`LONGEST_FIRST` first, in that order (the tests inside a file
-    keep theirs; the other files follow as collected)."""
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+def estimated_seconds(path: Path, tests: int) -> float:
+    """Seconds the tests of the file ``path`` (``tests`` of them) are expected to take: its entry in
+    :data:`FILE_SECONDS`, else :data:`SECONDS_PER_TEST` per test for an integration file, else 0."""
+    if path.name in FILE_SECONDS:
+        return FILE_SECONDS[path.name]
+    return tests * SECONDS_PER_TEST if "integration" in path.parts else 0.0
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist, order the files by :func:`estimated_seconds`, longest first (the tests
+    inside a file keep their order; files of the same estimate keep theirs): ``./dev test``
+    distributes whole files in this order (``--dist loadfile --no-loadscope-reorder``), so each
+    worker takes the longest file left when it frees up, and no long file starts last to finish
+    alone. (pytest-xdist's own order for loadfile, by number of tests, sent the one-test demo out
+    last.) Without xdist the order is the lab plugin's: tests that use the real nodes last.
+
+    A worker may so run tests written for the kwok nodes after its real nodes joined the cluster (as
+    pytest-xdist's order by number of tests already had it): they address the kwok nodes by name
+    (``lab.info["nodes"]``) or by their ``type=kwok`` label (the watcher tests' ``nodeSelector``).
+    """
+    if not hasattr(config, "workerinput"):
+        return
+    tests = Counter(item.path for item in items)
+    items.sort(key=lambda item: -estimated_seconds(item.path, tests[item.path]))
 
 
 def _install(ext: client.ApiextensionsV1Api, body: dict, source: str) -> bool:
