@@ -19,11 +19,12 @@ cert-manager):
 * the manager serving them with a certificate from :func:`noderemedy_lab.pki.issue_device_pki`.
 
 The stand-in providers (``data/capi-lab-provider.yaml``): ``LabMachine`` stands in for CAPM3's
-Metal3Machine (an infrastructure machine for an existing lab node), ``LabControlPlane`` for the lab's
-control plane, which runs on no Node. Their controller is this module's ``main`` (process
+Metal3Machine (an infrastructure machine for an existing lab node), ``LabCluster`` for the Cluster's
+infrastructure, ``LabControlPlane`` for the lab's control plane, which runs on no Node. Their controller is this module's ``main`` (process
 ``capi-lab-provider``): it copies each LabMachine's Node ``spec.providerID`` (setting
 ``noderemedy-lab://<node>`` on a Node that has none) and marks it provisioned, and marks the
-LabControlPlane initialized (cluster-api's v1beta2 provider contracts).
+LabCluster provisioned and the LabControlPlane initialized (cluster-api's v1beta2 provider
+contracts).
 
 :meth:`CapiCluster.stop` undoes all of it on the cluster (webhook configurations, objects, CRDs), so
 the modules that run after it install the reduced CRD copies of ``deploy/crds/`` again.
@@ -52,6 +53,7 @@ CAPI_GROUP = "cluster.x-k8s.io"
 CAPI_VERSION = "v1beta2"
 LAB_INFRA = ("infrastructure.lab.noderemedy.io", "v1alpha1", "labmachines", "LabMachine")
 LAB_CP = ("controlplane.lab.noderemedy.io", "v1alpha1", "labcontrolplanes", "LabControlPlane")
+LAB_CLUSTER = ("infrastructure.lab.noderemedy.io", "v1alpha1", "labclusters", "LabCluster")
 #: providerID the lab gives a Node that has none (Node.spec.providerID can be set once).
 PROVIDER_PREFIX = "noderemedy-lab://"
 #: cluster-api's feature gates: only what the MachineHealthCheck flow needs (no MachinePool,
@@ -223,6 +225,8 @@ class CapiCluster:
         if sup is not None:
             for name in ("capi-lab-provider", "capi-manager"):
                 sup.stop(name)
+                # gone for good: the lab's teardown checks only what it still runs
+                sup.procs.pop(name, None)
         if self.lab.kubeconfig is None:
             return
         api = self.lab.api_client()
@@ -340,10 +344,18 @@ class CapiCluster:
             {"apiVersion": f"{group}/{version}", "kind": kind, "metadata": {"name": CLUSTER}, "spec": {}},
         )  # fmt: skip
         port = self.lab.config.port("kube-apiserver")
+        endpoint = {"host": "127.0.0.1", "port": port}
+        igroup, iversion, iplural, ikind = LAB_CLUSTER
+        co.create_namespaced_custom_object(
+            igroup, iversion, self.namespace, iplural,
+            {"apiVersion": f"{igroup}/{iversion}", "kind": ikind, "metadata": {"name": CLUSTER},
+             "spec": {"controlPlaneEndpoint": endpoint}},
+        )  # fmt: skip
         co.create_namespaced_custom_object(
             CAPI_GROUP, CAPI_VERSION, self.namespace, "clusters",
             {"apiVersion": f"{CAPI_GROUP}/{CAPI_VERSION}", "kind": "Cluster", "metadata": {"name": CLUSTER},
-             "spec": {"controlPlaneEndpoint": {"host": "127.0.0.1", "port": port},
+             "spec": {"controlPlaneEndpoint": endpoint,
+                      "infrastructureRef": {"apiGroup": igroup, "kind": ikind, "name": CLUSTER},
                       "controlPlaneRef": {"apiGroup": group, "kind": kind, "name": CLUSTER}}},
         )  # fmt: skip
 
@@ -445,7 +457,8 @@ def reconcile_once(api: Any, namespace: str) -> list[str]:
     LabMachine: its Node (``spec.nodeName``) gets ``spec.providerID`` ``noderemedy-lab://<node>``
     if it has none; the LabMachine gets the Node's providerID in ``spec.providerID`` and
     ``status.initialization.provisioned: true``. A missing Node is written to ``status.message``.
-    LabControlPlane: ``status.initialization.controlPlaneInitialized: true``.
+    LabControlPlane: ``status.initialization.controlPlaneInitialized: true``; LabCluster:
+    ``status.initialization.provisioned: true``.
     """
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
@@ -483,17 +496,21 @@ def reconcile_once(api: Any, namespace: str) -> list[str]:
             {"status": {"initialization": {"provisioned": True}, "message": ""}},
         )  # fmt: skip
         done.append(f"LabMachine {name}: provisioned, providerID {pid}")
-    group, version, plural, _ = LAB_CP
-    for obj in co.list_namespaced_custom_object(group, version, namespace, plural, _request_timeout=10)[
-        "items"
-    ]:
-        if ((obj.get("status") or {}).get("initialization") or {}).get("controlPlaneInitialized"):
-            continue
-        co.patch_namespaced_custom_object_status(
-            group, version, namespace, plural, obj["metadata"]["name"],
-            {"status": {"initialization": {"controlPlaneInitialized": True}}},
-        )  # fmt: skip
-        done.append(f"LabControlPlane {obj['metadata']['name']}: initialized")
+    for (group, version, plural, kind), field in (
+        (LAB_CP, "controlPlaneInitialized"),
+        (LAB_CLUSTER, "provisioned"),
+    ):
+        items = co.list_namespaced_custom_object(group, version, namespace, plural, _request_timeout=10)[
+            "items"
+        ]
+        for obj in items:
+            if ((obj.get("status") or {}).get("initialization") or {}).get(field):
+                continue
+            co.patch_namespaced_custom_object_status(
+                group, version, namespace, plural, obj["metadata"]["name"],
+                {"status": {"initialization": {field: True}}},
+            )  # fmt: skip
+            done.append(f"{kind} {obj['metadata']['name']}: {field}")
     return done
 
 
