@@ -5,7 +5,9 @@ go.mod lists every staging module (``k8s.io/api``, ``k8s.io/client-go``...) at v
 ``replace`` directives into ``./staging``, which a consumer does not have. So we write a small
 consumer module that requires ``k8s.io/kubernetes vX.Y.Z`` and replaces each staging module with
 its published ``v0.Y.Z`` (lab reference, "The Kubernetes control plane"), then ``go build`` the
-commands. kwok and etcd are built the same way (their own modules, pinned).
+commands. kwok and etcd are built the same way (their own modules, pinned), and so is cluster-api's
+controller manager (``sigs.k8s.io/cluster-api/core``), whose go.mod replaces its ``api`` module
+with ``./api``: the consumer module requires both at the pinned version.
 
 Layout under :func:`noderemedy_lab.config.cache_dir`::
 
@@ -14,6 +16,8 @@ Layout under :func:`noderemedy_lab.config.cache_dir`::
     bin/kubernetes-v1.34.4/{kubelet,kube-proxy}       (the real nodes'; same consumer module)
     bin/kwok-v0.7.0/kwok
     bin/etcd-v3.6.16/etcd
+    bin/cluster-api-v1.14.2/cluster-api-manager   (only when asked for: ``noderemedy-lab build``,
+                                             the ``capi`` stand-in cluster)
     bin/vcsim-lab-govmomi-v0.52.0-<hash>/vcsim-lab   govmomi's vCenter simulator + the lab's main
                                              (<hash>: of data/vcsim/{main.go,go.mod}, so a
                                              changed main is rebuilt, never served stale)
@@ -37,7 +41,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from .config import ETCD_VERSION, GOVMOMI_VERSION, KUBERNETES_VERSION, KWOK_VERSION, cache_dir
+from .config import (
+    CLUSTER_API_VERSION,
+    ETCD_VERSION,
+    GOVMOMI_VERSION,
+    KUBERNETES_VERSION,
+    KWOK_VERSION,
+    cache_dir,
+)
 from .procs import ComponentError, tail
 
 KUBE_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
@@ -63,6 +74,7 @@ def _bin_dirs() -> dict[str, Path]:
         "kwok": base / f"kwok-v{KWOK_VERSION}",
         "etcd": base / f"etcd-v{ETCD_VERSION}",
         "vcsim": base / f"vcsim-lab-govmomi-v{GOVMOMI_VERSION}-{_vcsim_source_key()}",
+        "cluster-api": base / f"cluster-api-v{CLUSTER_API_VERSION}",
     }
 
 
@@ -73,6 +85,7 @@ def binary_paths() -> dict[str, Path]:
     paths["kwok"] = dirs["kwok"] / "kwok"
     paths["etcd"] = dirs["etcd"] / "etcd"
     paths["vcsim"] = dirs["vcsim"] / "vcsim-lab"
+    paths["cluster-api"] = dirs["cluster-api"] / "cluster-api-manager"
     return paths
 
 
@@ -291,17 +304,87 @@ def build_vcsim(progress: Callable[[str], None]) -> None:
         os.replace(Path(tmp) / "vcsim-lab", dest / "vcsim-lab")
 
 
+def build_cluster_api(progress: Callable[[str], None]) -> None:
+    """Build cluster-api's controller manager (``sigs.k8s.io/cluster-api/core``, the ``main`` of
+    its core provider) as ``cluster-api-manager``, version stamped. Its go.mod replaces
+    ``sigs.k8s.io/cluster-api/api`` with ``./api``, which ``go install pkg@version`` refuses, so a
+    consumer module requires both modules at :data:`~noderemedy_lab.config.CLUSTER_API_VERSION`
+    (the ``api`` module is published on its own with the same tags)."""
+    name = f"cluster-api-v{CLUSTER_API_VERSION}"
+    src = cache_dir() / "src" / name
+    src.mkdir(parents=True, exist_ok=True)
+    log = cache_dir() / "logs" / f"build-{name}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    (src / "go.mod").write_text(
+        "module noderemedy.local/capibuild\n\ngo 1.26.0\n\nrequire (\n"
+        f"\tsigs.k8s.io/cluster-api v{CLUSTER_API_VERSION}\n"
+        f"\tsigs.k8s.io/cluster-api/api v{CLUSTER_API_VERSION}\n)\n"
+    )
+    ldflags = f"-s -w -X sigs.k8s.io/cluster-api/version.gitVersion=v{CLUSTER_API_VERSION}"
+    with tempfile.TemporaryDirectory(dir=src) as tmp:
+        _run(
+            [
+                _go(),
+                "build",
+                "-trimpath",
+                "-ldflags",
+                ldflags,
+                "-o",
+                tmp + "/cluster-api-manager",
+                "sigs.k8s.io/cluster-api/core",
+            ],
+            src,
+            log,
+            f"cluster-api v{CLUSTER_API_VERSION} (controller manager)",
+            progress,
+        )
+        dest = _bin_dirs()["cluster-api"]
+        dest.mkdir(parents=True, exist_ok=True)
+        os.replace(Path(tmp) / "cluster-api-manager", dest / "cluster-api-manager")
+
+
+def cluster_api_module_dir() -> Path:
+    """The pinned ``sigs.k8s.io/cluster-api`` module in Go's module cache (its ``core/config``:
+    the real CRDs and webhook manifests), downloaded if absent; ComponentError if the proxy does
+    not serve it."""
+    out = subprocess.run(
+        [_go(), "mod", "download", "-json", f"sigs.k8s.io/cluster-api@v{CLUSTER_API_VERSION}"],
+        cwd=cache_dir(),
+        capture_output=True,
+        text=True,
+        env={**os.environ, "GOFLAGS": "-mod=mod"},
+        timeout=600,
+    )
+    try:
+        info = json.loads(out.stdout)
+    except json.JSONDecodeError:
+        info = {"Error": out.stderr.strip() or out.stdout.strip()}
+    if out.returncode != 0 or info.get("Error") or not info.get("Dir"):
+        raise ComponentError(
+            "cluster-api",
+            f"cannot fetch sigs.k8s.io/cluster-api@v{CLUSTER_API_VERSION} from the Go module proxy: "
+            f"{info.get('Error')}",
+        )
+    return Path(info["Dir"])
+
+
 def ensure_binaries(
-    progress: Callable[[str], None] | None = None, node: bool = True, vcsim: bool = True
+    progress: Callable[[str], None] | None = None,
+    node: bool = True,
+    vcsim: bool = True,
+    capi: bool = False,
 ) -> dict[str, Path]:
     """Build whatever lab binary is missing and return name -> path for all of them.
 
     ``node``: also the real nodes' kubelet and kube-proxy (False: a kwok-only lab does not wait
     for them; they are then absent from the result if not built). ``vcsim``: also the vCenter
-    simulator (False: the demo and a lab without the vSphere peer do without it).
+    simulator (False: the demo and a lab without the vSphere peer do without it). ``capi``: also
+    cluster-api's controller manager (``noderemedy-lab build`` and the ``capi`` stand-in cluster
+    ask for it; a lab start does not wait for it).
 
     The builds run side by side, each in its own thread: Kubernetes (the control plane and, in the
-    same ``go build``, the node's commands, which share most packages), kwok, etcd and vcsim. On
+    same ``go build``, the node's commands, which share most packages), kwok, etcd, vcsim and
+    cluster-api. On
     2 cores the Kubernetes build takes most of the CPU; the others spend much of their time
     fetching modules, which then overlaps it. Each says how long it has run every 15 s, in one
     line naming it (``progress``, default: stderr). The first build takes several minutes on 2
@@ -311,7 +394,11 @@ def ensure_binaries(
     from concurrent.futures import ThreadPoolExecutor
 
     say = progress or (lambda line: print(line, file=sys.stderr, flush=True))
-    wanted = [n for n in binary_paths() if (node or n not in NODE_COMMANDS) and (vcsim or n != "vcsim")]
+    wanted = [
+        n
+        for n in binary_paths()
+        if (node or n not in NODE_COMMANDS) and (vcsim or n != "vcsim") and (capi or n != "cluster-api")
+    ]
     todo = [n for n in missing(node) if n in wanted]
     jobs: list[tuple[str, Callable[[], None]]] = []
     kube_todo = tuple(n for n in KUBE_COMMANDS + NODE_COMMANDS if n in todo)
@@ -339,6 +426,8 @@ def ensure_binaries(
         jobs.append(("etcd", lambda: build_etcd(say)))
     if "vcsim" in todo:
         jobs.append(("vcsim", lambda: build_vcsim(say)))
+    if "cluster-api" in todo:
+        jobs.append(("cluster-api", lambda: build_cluster_api(say)))
     if jobs:
         say(
             f"building from the Go module proxy, side by side: {', '.join(n for n, _ in jobs)} "

@@ -1,7 +1,8 @@
 """``noderemedy-lab``: start, inspect and stop the embedded lab.
 
     noderemedy-lab build [--demo]        build/cache the control plane binaries and the snmpsim venv
-                                         (--demo: only what the demo needs, no vCenter simulator)
+                                         (--demo: only what the demo needs, no vCenter simulator
+                                         nor cluster-api)
     noderemedy-lab up [--nodes N] [--real-nodes N] ...
                                          start the lab in the background; prints where it is
     noderemedy-lab power NODE on|off     power a node on/off through its BMC (ipmitool)
@@ -72,7 +73,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     from .images import ensure_node_images
 
     t0 = time.monotonic()
-    paths = ensure_binaries(vcsim=not args.demo)
+    paths = ensure_binaries(vcsim=not args.demo, capi=not args.demo)
     venv = ensure_simvenv()
     images = ensure_node_images(print)
     for name, path in sorted(paths.items()):
@@ -354,7 +355,9 @@ def parser() -> argparse.ArgumentParser:
         )
 
     build = sub.add_parser("build", help="build/cache the control plane binaries")
-    build.add_argument("--demo", action="store_true", help="only what the demo needs (no vCenter simulator)")
+    build.add_argument(
+        "--demo", action="store_true", help="only what the demo needs (no vCenter simulator, no cluster-api)"
+    )
     build.set_defaults(func=cmd_build)
     up = sub.add_parser("up", help="start the lab in the background")
     lab_opts(up)

@@ -20,6 +20,8 @@ Redfish BMC (sushy-tools)  +15 (https)
 EC2 endpoint (moto)        +16 (http)
 fence_kdump listener       +17 (udp, tests)
 vCenter simulator (vcsim)  +18 (https)
+cluster-api webhooks       +40 (https)
+cluster-api health/metrics +41 / +42
 BMC of node i (ipmi_sim)   +100 + i
 =========================  ==================
 
@@ -43,6 +45,10 @@ KWOK_VERSION = "0.7.0"
 ETCD_VERSION = "3.6.16"
 #: govmomi, whose vCenter simulator the lab's vSphere peer runs (``data/vcsim/main.go``).
 GOVMOMI_VERSION = "0.52.0"
+#: cluster-api's core module, whose controller manager (Machine, MachineSet, Cluster and
+#: MachineHealthCheck controllers) the lab's ``capi`` stand-in cluster runs (:mod:`noderemedy_lab.capi`):
+#: the newest release on the Go module proxy that builds with the installed Go (1.26).
+CLUSTER_API_VERSION = "1.14.2"
 
 #: Debian packages the lab needs, by the component that needs them (for clear errors).
 DEBIAN_PACKAGES = {
@@ -79,6 +85,9 @@ PORT_OFFSETS = {
     "moto": 16,
     "kdump": 17,
     "vcsim": 18,
+    "capi-webhook": 40,
+    "capi-health": 41,
+    "capi-metrics": 42,
 }
 BMC_PORT_OFFSET = 100
 #: Most real nodes one lab runs (each costs ~200 MiB and a share of 2 cores).

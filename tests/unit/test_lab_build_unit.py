@@ -62,6 +62,9 @@ def builds(cache: Path, monkeypatch: pytest.MonkeyPatch) -> StandIns:
     monkeypatch.setattr(build, "_go_install", go_install)
     monkeypatch.setattr(build, "build_etcd", lambda say: s.run("etcd", ["etcd"], _writes("etcd")))
     monkeypatch.setattr(build, "build_vcsim", lambda say: s.run("vcsim", ["vcsim"], _writes("vcsim")))
+    monkeypatch.setattr(
+        build, "build_cluster_api", lambda say: s.run("cluster-api", ["cluster-api"], _writes("cluster-api"))
+    )
     return s
 
 
@@ -95,7 +98,7 @@ def test_a_failed_build_is_named_after_every_build_has_ended(
     with pytest.raises(ComponentError, match="build etcd: no space left on device"):
         build.ensure_binaries(lambda line: None, vcsim=False)
     # the others finished meanwhile: only etcd is left for the next run
-    assert build.missing() == ["etcd", "vcsim"]  # vcsim was not asked for
+    assert build.missing() == ["etcd", "vcsim", "cluster-api"]  # vcsim, cluster-api not asked for
 
 
 def test_a_failed_build_of_only_the_nodes_commands_names_them(
@@ -110,3 +113,15 @@ def test_a_failed_build_of_only_the_nodes_commands_names_them(
     with pytest.raises(ComponentError) as err:
         build.ensure_binaries(lambda line: None, vcsim=False)
     assert err.value.component == "build kubelet and kube-proxy" and "GOPROXY=off" in str(err.value)
+
+
+def test_setup_builds_cluster_api_beside_the_others_and_a_lab_start_does_not(builds: StandIns) -> None:
+    # what a lab start asks for: no cluster-api (only the capi stand-in cluster needs it)
+    got = build.ensure_binaries(lambda line: None, node=True, vcsim=False)
+    assert "cluster-api" not in builds.asked and "cluster-api" not in got
+    builds.asked.clear()
+    # what `noderemedy-lab build` (./dev setup) asks for: cluster-api too, named in the progress line
+    lines: list[str] = []
+    got = build.ensure_binaries(lines.append, node=True, vcsim=False, capi=True)
+    assert builds.asked == {"cluster-api": ["cluster-api"]} and got["cluster-api"].is_file()
+    assert "side by side: cluster-api" in lines[0]
