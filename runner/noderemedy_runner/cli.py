@@ -9,7 +9,8 @@ It runs two loops in one process, only on the elected replica when ``--leader-el
   Metal3Remediation objects by running the collection's playbooks with ansible-runner.
 
 Exit codes: 0 after SIGTERM/SIGINT (Lease released), 1 when leadership was lost or the API
-server cannot be reached at start, 2 on bad flags or a bad Configuration.
+server cannot be reached at start, 2 on bad flags or a bad Configuration. Once the service has
+stopped, the process ends at once (:func:`leave`), without the interpreter's slow finalization.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import time
 import uuid
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, NoReturn
 
 from noderemedy_runner.config import remedy as cfgmod
 from noderemedy_runner.logs import setup as setup_logs
@@ -421,7 +422,8 @@ def _label_selector(text: str) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``noderemedy-runner``; returns the exit code (see module docs)."""
+    """Entry point of ``noderemedy-runner``; returns the exit code (see module docs), except after
+    running the service, when it ends the process itself with that code (:func:`leave`)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     _positive(parser, args)
@@ -429,7 +431,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.job_run:
         from noderemedy_runner.jobs import job_run
 
-        return job_run(args.playbook_dir)
+        leave(job_run(args.playbook_dir))  # the outcome is written: the Job completes at once
 
     api: Any = None
     needs_api = not args.check_config or (args.config or "").startswith("configmap:")
@@ -635,7 +637,25 @@ def main(argv: list[str] | None = None) -> int:
         if server is not None:
             server.stop()
     log.info("stopped", extra={"identity": identity, "exit_code": code})
-    return code
+    leave(code)
+
+
+def leave(code: int) -> NoReturn:
+    """End the process with exit code ``code`` once the service has stopped, without the
+    interpreter's finalization: log handlers and the standard streams are flushed, then
+    ``os._exit``. The finalization frees every object of the kubernetes client's and Ansible's
+    modules one by one, with no system call, and took 2 to 3 s of a graceful stop on a loaded
+    2-core machine (strace: nothing between the signal handlers' reset and ``exit_group``), more
+    than the rest of the stop. Nothing is left for it: the runs have ended, the Events are
+    flushed, the Lease is released and the metrics server is closed before ``stopped`` is logged;
+    the daemon threads still waiting on the API would be abandoned by the interpreter anyway."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # closed or gone: nothing more can be said there
+            pass
+    os._exit(code)
 
 
 if __name__ == "__main__":

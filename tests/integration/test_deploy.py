@@ -1,14 +1,17 @@
 """``kubectl apply -k deploy/`` against the lab's real API server (server-side apply, so the server
 validates every object), and the ServiceAccount's rights checked by the server's own authorizer
-(``kubectl auth can-i --as``): what the runner needs is allowed, nothing more."""
+(``kubectl auth can-i --as``): what the runner needs is allowed, nothing more. The runner's own
+availability (docs/operations.md "Availability of the runner itself"): three replicas that the
+real scheduler spreads over the lab's three kwok nodes, and a PodDisruptionBudget whose status,
+computed by the disruption controller, allows one voluntary disruption at a time."""
 
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
+from kube_helpers import wait_for
 
 pytestmark = [pytest.mark.lab, pytest.mark.kube]
 
@@ -41,6 +44,7 @@ def test_every_object_is_created(deployed):
         ("-n", "noderemedy-system", "get", "rolebinding", "noderemedy-runner"),
         ("-n", "noderemedy-system", "get", "configmap", "noderemedy-config"),
         ("-n", "noderemedy-system", "get", "service", "noderemedy-runner-metrics"),
+        ("-n", "noderemedy-system", "get", "poddisruptionbudget", "noderemedy-runner"),
     ):
         res = deployed.kubectl(*args)
         assert res.returncode == 0, f"{args}: {res.stderr}"
@@ -49,7 +53,15 @@ def test_every_object_is_created(deployed):
             "-n", "noderemedy-system", "get", "deployment", "noderemedy-runner", "-o", "json"
         ).stdout
     )
-    assert dep["spec"]["replicas"] == 2
+    assert dep["spec"]["replicas"] == 3
+    assert dep["spec"]["template"]["spec"]["topologySpreadConstraints"] == [
+        {
+            "maxSkew": 1,
+            "topologyKey": "kubernetes.io/hostname",
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "noderemedy-runner"}},
+        }
+    ]
     container = dep["spec"]["template"]["spec"]["containers"][0]
     assert "--leader-elect" in container["args"]
     assert {p["name"] for p in container["ports"]} == {"metrics"}
@@ -57,27 +69,40 @@ def test_every_object_is_created(deployed):
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
 
 
-def test_the_deployment_schedules_its_two_replicas(deployed):
-    deadline = time.monotonic() + 90
-    while True:
-        pods = json.loads(
-            deployed.kubectl(
-                "-n",
-                "noderemedy-system",
-                "get",
-                "pods",
-                "-l",
-                "app.kubernetes.io/name=noderemedy-runner",
-                "-o",
-                "json",
-            ).stdout
-        )["items"]
-        running = [p for p in pods if p["status"].get("phase") == "Running"]
-        if len(running) == 2:
-            break
-        assert time.monotonic() < deadline, [p["status"] for p in pods]
-        time.sleep(0.5)
+def runner_pods(lab) -> list[dict]:
+    out = lab.kubectl(
+        "-n", "noderemedy-system", "get", "pods", "-l", "app.kubernetes.io/name=noderemedy-runner", "-o", "json"
+    )  # fmt: skip
+    return list(json.loads(out.stdout)["items"]) if out.returncode == 0 else []
+
+
+def test_the_deployment_spreads_its_three_replicas_over_nodes(deployed):
+    def three_running() -> list[dict] | None:
+        running = [p for p in runner_pods(deployed) if p["status"].get("phase") == "Running"]
+        return running if len(running) == 3 else None
+
+    running = wait_for(three_running, 90, "three Running runner pods")
     assert all(p["spec"]["serviceAccountName"] == "noderemedy-runner" for p in running)
+    # the scheduler's PodTopologySpread: one per node while there are nodes enough (three kwok nodes)
+    assert len({p["spec"]["nodeName"] for p in running}) == 3, [p["spec"]["nodeName"] for p in running]
+
+
+def test_the_disruption_budget_allows_one_replica_down_at_a_time(deployed):
+    pdb = json.loads(
+        deployed.kubectl("-n", "noderemedy-system", "get", "pdb", "noderemedy-runner", "-o", "json").stdout
+    )
+    assert pdb["spec"]["maxUnavailable"] == 1
+    assert pdb["spec"]["selector"] == {"matchLabels": {"app.kubernetes.io/name": "noderemedy-runner"}}
+
+    def status() -> dict | None:
+        out = deployed.kubectl("-n", "noderemedy-system", "get", "pdb", "noderemedy-runner", "-o", "json")
+        st = json.loads(out.stdout).get("status") or {}
+        return st if st.get("expectedPods") == 3 and st.get("currentHealthy") == 3 else None
+
+    # the disruption controller's reading: three expected and healthy, so one may go (a drain or
+    # an eviction of a second one waits until the first is replaced and Ready)
+    st = wait_for(status, 90, "the PodDisruptionBudget's status over three healthy replicas")
+    assert st["disruptionsAllowed"] == 1 and st["desiredHealthy"] == 2, st
 
 
 ALLOWED = [

@@ -8,10 +8,16 @@ seconds, the bound that a stop must keep to leave the kubelet no reason to kill 
 (the run in flight canceled, its whole process tree gone, the Lease released after the work
 stopped), and the other replica takes over and carries on; the stopped one comes back as the
 follower. The NodeFence ends Final. Each exit time and takeover time is printed as a ``FIGURE``.
+
+Both executors: in-process runs (the canceled run's processes must be gone at the exit) and
+``--executor job`` (each run a Job on a real node: at the exit the Job in flight is deleted, its pod
+with it, or else the successor adopts it).
 """
 
 from __future__ import annotations
 
+import os
+import re
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -20,9 +26,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kube_helpers import wait_for
 from kubernetes import client
-from runner_harness import Runner, write_config
+from kubernetes.client.exceptions import ApiException
+from runner_harness import Runner, delete_nodefences, write_config
 from test_runner_e2e import (  # noqa: F401 - fixtures are used by name
     DEAD,
     POLICY,
@@ -35,9 +43,12 @@ from test_runner_e2e import (  # noqa: F401 - fixtures are used by name
 )
 from test_runner_restart import NF, hung, in_flight, power_sets  # noqa: F401 - hung is a fixture
 
+from noderemedy_runner.jobs import job_name
 from noderemedy_runner.run_processes import RUN_MARKER
 
 pytestmark = [pytest.mark.lab, pytest.mark.kube]
+
+ROOT = Path(__file__).resolve().parents[2]
 
 #: Seconds a graceful stop may take in this test, wherever it lands: well inside the Deployment's
 #: ``terminationGracePeriodSeconds`` (15), so the kubelet never has to kill the runner, and far
@@ -51,6 +62,9 @@ STOP_TARGET = 3.0
 #: Seconds after the start of a run at which the SIGTERM lands in that run: the playbook is then
 #: past its start-up and inside the step's module (the BMC's power-off, the FC switch's SET).
 INTO_RUN = 1.5
+#: The same for a Job's run, counted from its pod seen Running: the pod's Python and Ansible start
+#: first (about 2 to 4 s in the lab).
+INTO_JOB_RUN = 3.0
 
 
 #: The detector runs too (as in a deployment; its wait for node changes must end on a stop), on a
@@ -140,8 +154,34 @@ def test_sigterm_at_every_segment_exits_in_seconds_and_another_runner_carries_on
     one (empty data dir) started after it exited; nothing else writes to the cluster meanwhile, so
     a loop that only wakes on changes would hold the stop up (the detector waited out its 30 s
     resync), which the other replica's status writes hide in the first mode."""
+    sigterm_at_every_segment(lab_kube, api, replicas, successor, "inprocess")
+
+
+@pytest.mark.timeout(900)
+def test_with_the_job_executor_sigterm_at_every_segment_exits_in_seconds_and_the_job_is_handed_over(
+    lab_real: Any,
+    api: client.ApiClient,
+    job_replicas: Callable[..., Runner],
+    hung: str,  # noqa: F811
+) -> None:
+    """The same with ``--executor job``: each run is a remediation pod (a Job) on a real node.
+    At each stop the Job of the run in flight is either deleted by the stopped runner (its pod
+    with it) or adopted by the successor, which says so; the NodeFence completes under the other
+    replica. The runners are host processes whose Jobs take a stand-in pod's placement, image and
+    ServiceAccount (:func:`job_replicas`): a host process's exit time is measured to the
+    millisecond, a pod's only to the second."""
+    sigterm_at_every_segment(lab_real, api, job_replicas, "replica", "job")
+
+
+def sigterm_at_every_segment(
+    lab: Any, api: client.ApiClient, replicas: Callable[..., Runner], successor: str, executor: str
+) -> None:
+    """The body of both tests (module docstring): ``successor`` ``replica`` or ``restart``;
+    ``executor`` ``inprocess`` (the run's processes must be gone at the exit) or ``job`` (the
+    run's Job deleted by the stopped runner or adopted by the successor)."""
     co = client.CustomObjectsApi(api)
     core = client.CoreV1Api(api)
+    batch = client.BatchV1Api(api)
     name = f"nf-term-{uuid.uuid4().hex[:4]}"
     lease = f"nr-term-{uuid.uuid4().hex[:4]}"
     iso, pm_off, pm_on, rec = (
@@ -161,35 +201,49 @@ def test_sigterm_at_every_segment_exits_in_seconds_and_another_runner_carries_on
         assert len(acting) <= 1, "two replicas act at once"
         return acting[0]
 
+    def running(ident: str) -> bool:
+        if executor == "inprocess":
+            return in_flight(leader(), ident)
+        return _job_running(batch, core, JOB_NAMESPACE, job_name(ident)) is not None
+
     def run_for(ident: str, offset: float) -> Callable[[], bool]:
-        def reached() -> bool:
+        seen: dict[str, float] = {}
+
+        def reached() -> bool:  # ``offset`` seconds into the run (for a Job: into its pod's run)
             r = leader()
             at = _started(r, ident)
-            return at is not None and in_flight(r, ident) and time.time() - at >= offset
+            if at is None or not running(ident):
+                return False
+            if executor == "job":
+                at = seen.setdefault(ident, time.time())
+            return time.time() - at >= offset
 
         return reached
 
     def power_cut_in_run() -> bool:  # the release: the BMC reads off, the run is still in flight
-        return "0" in power_sets(lab_kube, DEAD, since) and in_flight(leader(), pm_off)
+        return "0" in power_sets(lab, DEAD, since) and running(pm_off)
 
-    points: list[tuple[str, Callable[[], bool]]] = [
-        ("isolation (fc-off run)", run_for(iso, INTO_RUN)),
-        ("power off (ipmi-off run)", run_for(pm_off, INTO_RUN)),
-        ("taint (the power-off run's release)", power_cut_in_run),
-        ("power on (ipmi-on run)", run_for(pm_on, INTO_RUN)),
-        ("recovery (fc-on run)", run_for(rec, INTO_RUN)),
+    into = INTO_RUN if executor == "inprocess" else INTO_JOB_RUN
+    points: list[tuple[str, str, Callable[[], bool]]] = [
+        ("isolation (fc-off run)", iso, run_for(iso, into)),
+        ("power off (ipmi-off run)", pm_off, run_for(pm_off, into)),
+        ("taint (the power-off run's release)", pm_off, power_cut_in_run),
+        ("power on (ipmi-on run)", pm_on, run_for(pm_on, into)),
+        ("recovery (fc-on run)", rec, run_for(rec, into)),
     ]
     rows: list[tuple[str, float, float]] = []
-    for what, reached in points:
+    for what, ident, reached in points:
         wait_for(reached, 240, f"{what} (NodeFence {name}: {get_nf(co, name).get('status')})", interval=0.1)
         stopped = leader()
         other = next((r for r in both if r is not stopped), None)
         before = _acting(other) if other is not None else 0
-        running = run_tokens(str(lab_kube.kubeconfig))
+        tokens = run_tokens(str(lab.kubeconfig)) if executor == "inprocess" else set()
+        job = _job_running(batch, core, JOB_NAMESPACE, job_name(ident)) if executor == "job" else None
         t0 = time.monotonic()
         code = stopped.stop(timeout=60)
         exit_s = time.monotonic() - t0
-        left = running & run_tokens(str(lab_kube.kubeconfig))
+        left = tokens & run_tokens(str(lab.kubeconfig))
+        fate = _job_fate(batch, job) if job is not None else ""
         if other is None:  # a new runner, started once this one has exited
             other = replicas(*_lease_args(lease))
             both = [other]
@@ -201,13 +255,28 @@ def test_sigterm_at_every_segment_exits_in_seconds_and_another_runner_carries_on
         )
         takeover_s = time.monotonic() - t0
         rows.append((what, exit_s, takeover_s))
+        if job is not None and fate == "left running":  # then the successor must adopt it
+            jname = job["metadata"]["name"]
+            wait_for(
+                lambda other=other, jname=jname, ident=ident: other.logged(
+                    rf"^run {re.escape(ident)}: Job {re.escape(jname)} already exists: adopted$"
+                ),
+                60,
+                f"the successor to adopt Job {jname} left running at {what}",
+            )
+            fate = "adopted by the successor"
+        who = "other replica" if successor == "replica" else "restarted runner"
         print(
-            f"\nFIGURE SIGTERM ({successor}) at {what}: exit {exit_s:.2f} s (target {STOP_TARGET:g} s, code {code}), "
-            f"the {'other replica' if successor == 'replica' else 'restarted runner'} acts {takeover_s:.2f} s after the signal"
+            f"\nFIGURE SIGTERM ({executor}, {successor}) at {what}: exit {exit_s:.2f} s (target {STOP_TARGET:g} s, "
+            f"code {code}), the {who} acts {takeover_s:.2f} s after the signal"
+            + (f"; the run's Job {fate}" if fate else "")
         )
         assert code == 0, stopped.log_path.read_text()[-3000:]
-        assert running, f"no run in flight at {what}"
-        assert not left, f"processes of the canceled run outlived the stop at {what}: {left}"
+        if executor == "inprocess":
+            assert tokens, f"no run in flight at {what}"
+            assert not left, f"processes of the canceled run outlived the stop at {what}: {left}"
+        else:
+            assert job is not None, f"no Job running at {what}"
         if successor == "replica":
             stopped.start()  # back as the follower
 
@@ -223,3 +292,120 @@ def test_sigterm_at_every_segment_exits_in_seconds_and_another_runner_carries_on
     assert not oos_on(core, DEAD)
     slow = [(what, round(s, 2)) for what, s, _ in rows if s > STOP_BOUND]
     assert not slow, f"graceful stops over {STOP_BOUND} s: {slow}"
+
+
+#: The runner's namespace of the Job executor test (deploy/'s: its ServiceAccount and RBAC).
+JOB_NAMESPACE = "noderemedy-system"
+#: The stand-in for the runner's own pod whose spec the Jobs copy (POD_NAME of the host runners).
+STAND_IN = "noderemedy-runner-stand-in"
+
+
+def _job_running(batch: client.BatchV1Api, core: client.CoreV1Api, namespace: str, jname: str) -> Any:
+    """Job ``jname`` (a V1Job) when it is active and one of its pods runs; else None."""
+    try:
+        job = batch.read_namespaced_job(jname, namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    if job.metadata.deletion_timestamp is not None or not (job.status.active or 0):
+        return None
+    pods = core.list_namespaced_pod(
+        namespace, label_selector=f"batch.kubernetes.io/controller-uid={job.metadata.uid}"
+    ).items
+    return job.to_dict() if any(p.status.phase == "Running" for p in pods) else None
+
+
+def _job_fate(batch: client.BatchV1Api, job: dict[str, Any]) -> str:
+    """What became of ``job`` (a Job running at the stop) by the stopped runner's exit: deleted
+    (gone, or being deleted), or left running."""
+    meta = job["metadata"]
+    try:
+        now = batch.read_namespaced_job(meta["name"], meta["namespace"])
+    except ApiException as exc:
+        if exc.status == 404:
+            return "deleted by the stopped runner"
+        raise
+    if now.metadata.uid != meta["uid"] or now.metadata.deletion_timestamp is not None:
+        return "deleted by the stopped runner"
+    return "left running"
+
+
+@pytest.fixture(scope="module")
+def job_namespace(
+    lab_real: Any,
+    api: client.ApiClient,
+    remediation_image: dict[str, Any],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[FenceNamespace]:
+    """deploy/ through the lab's overlay with no runner replica (its namespace, ServiceAccount and
+    RBAC, which the Jobs' pods use), the remediation image in the real nodes, the stand-in pod
+    :data:`STAND_IN` (the Deployment's pod template, idle) and the fence configuration with the
+    devices at the relays on the real nodes' bridge. All but the CRDs deleted after."""
+    lab_real.import_image(Path(remediation_image["archive"]))
+    wait_for(
+        lambda: lab_real.kubectl("get", "namespace", JOB_NAMESPACE).returncode != 0, 120, "a namespace gone"
+    )
+    out = tmp_path_factory.mktemp("job-overlay")
+    patch = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "noderemedy-runner", "namespace": JOB_NAMESPACE},
+        "spec": {"replicas": 0},
+    }
+    doc = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [os.path.relpath(ROOT / "lab" / "deploy", out)],
+        "patches": [{"patch": yaml.safe_dump(patch)}],
+    }
+    (out / "kustomization.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    res = lab_real.kubectl("apply", "--server-side", "-k", str(out))
+    assert res.returncode == 0, res.stderr
+    core = client.CoreV1Api(api)
+    template = (
+        client.AppsV1Api(api).read_namespaced_deployment("noderemedy-runner", JOB_NAMESPACE).spec.template
+    )
+    pod = api.sanitize_for_serialization(template)
+    container = pod["spec"]["containers"][0]
+    container["args"] = ["sleep", "infinity"]
+    for key in ("livenessProbe", "readinessProbe", "ports"):
+        container.pop(key, None)
+    pod["metadata"] = {"name": STAND_IN, "labels": {"app.kubernetes.io/name": "noderemedy-runner-stand-in"}}
+    pod["spec"]["terminationGracePeriodSeconds"] = 1
+    core.create_namespaced_pod(JOB_NAMESPACE, pod)
+    ns = FenceNamespace(lab_real, core, JOB_NAMESPACE, host=lab_real.info["devices"]["relay_host"])
+    ns.fill()
+    yield ns
+    delete_nodefences(api)
+    # not ``delete -k``: that would take the NodeFence CRD away from this module's other fixtures
+    for args in (("namespace", JOB_NAMESPACE), ("clusterrolebinding,clusterrole", "noderemedy-runner")):
+        lab_real.kubectl("delete", *args, "--ignore-not-found", "--timeout=120s")
+    wait_for(
+        lambda: lab_real.kubectl("get", "namespace", JOB_NAMESPACE).returncode != 0, 120, "the namespace gone"
+    )
+
+
+@pytest.fixture
+def job_replicas(
+    lab_real: Any, job_namespace: FenceNamespace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Callable[..., Runner]]:
+    """Runner replicas as :func:`replicas`, with ``--executor job`` in :data:`JOB_NAMESPACE`, their
+    Jobs modelled on the stand-in pod (``POD_NAME``/``POD_NAMESPACE``, as the downward API gives
+    a runner pod)."""
+    monkeypatch.setenv("POD_NAME", STAND_IN)
+    monkeypatch.setenv("POD_NAMESPACE", JOB_NAMESPACE)
+    made: list[Runner] = []
+    config = write_config(tmp_path, IDLE_CONFIG)
+
+    def make(*args: str) -> Runner:
+        r = Runner(
+            lab_real, JOB_NAMESPACE, tmp_path, "--poll-interval", "0.2", "--executor", "job", *POLICY, *args,
+            config=config, identity=f"job-replica{len(made)}",
+        )  # fmt: skip
+        made.append(r)
+        return r
+
+    yield make
+    for r in made:
+        r.stop()

@@ -197,3 +197,39 @@ def test_a_remedy_asking_for_the_job_executor_outside_a_pod_is_refused_naming_it
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "remedyConfigs executor: job (workers/fence)" in err and "POD_NAME" in err, err
+
+
+def test_leave_flushes_the_log_and_ends_the_process_with_the_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After the service stopped, the process ends through ``os._exit`` (no interpreter
+    finalization), the log handlers flushed first so the last line (``stopped``) is not lost."""
+    import logging
+    import os
+
+    from noderemedy_runner import cli
+
+    flushed: list[str] = []
+
+    class Handler(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            pass
+
+        def flush(self) -> None:
+            flushed.append("log")
+
+    class Exited(Exception):
+        pass
+
+    def fake_exit(code: int) -> None:
+        raise Exited(code)
+
+    handler = Handler()
+    logging.getLogger().addHandler(handler)
+    monkeypatch.setattr(os, "_exit", fake_exit)
+    monkeypatch.setattr(logging, "shutdown", lambda: handler.flush())
+    try:
+        with pytest.raises(Exited) as ex:
+            cli.leave(3)
+    finally:
+        logging.getLogger().removeHandler(handler)
+    assert ex.value.args == (3,)
+    assert flushed == ["log"]
