@@ -27,9 +27,17 @@ OOS = "node.kubernetes.io/out-of-service"
 RUNNER_SELECTOR = {"matchLabels": {"cluster.x-k8s.io/cluster-name": CLUSTER}}
 
 
-def metal3_objects(lab: Any, capi: CapiCluster, nodes: list[str], strategy: dict[str, Any]) -> None:
+def metal3_objects(
+    lab: Any,
+    capi: CapiCluster,
+    nodes: list[str],
+    strategy: dict[str, Any],
+    template: str = TEMPLATE,
+    **fields: Any,
+) -> None:
     """A BareMetalHost and BMC Secret per node (named after it) and the Metal3RemediationTemplate
-    :data:`TEMPLATE` with ``strategy`` (``spec.template.spec.strategy``) in ``capi.namespace``."""
+    ``template`` with ``strategy`` (``spec.template.spec.strategy``) and the template's other
+    ``fields`` (``deleteAfterRetries``, ``powerOffTimeoutSeconds``…) in ``capi.namespace``."""
     from kubernetes import client
 
     api = lab.api_client()
@@ -51,14 +59,17 @@ def metal3_objects(lab: Any, capi: CapiCluster, nodes: list[str], strategy: dict
     co.create_namespaced_custom_object(
         M3_GROUP, M3_VERSION, ns, "metal3remediationtemplates",
         {"apiVersion": f"{M3_GROUP}/{M3_VERSION}", "kind": "Metal3RemediationTemplate",
-         "metadata": {"name": TEMPLATE}, "spec": {"template": {"spec": {"strategy": strategy}}}},
+         "metadata": {"name": template}, "spec": {"template": {"spec": {"strategy": strategy, **fields}}}},
     )  # fmt: skip
 
 
-def mhc_body(name: str, selects: str, timeout_s: int = 10, **spec: Any) -> dict[str, Any]:
+def mhc_body(
+    name: str, selects: str, timeout_s: int = 10, template: str = TEMPLATE, **spec: Any
+) -> dict[str, Any]:
     """A v1beta1 MachineHealthCheck ``name`` of the Cluster selecting the Machines labelled
     ``MHC_LABEL=selects``: unhealthy when Ready is False or Unknown for ``timeout_s`` seconds,
-    remediated through :data:`TEMPLATE`; ``spec`` adds fields (``maxUnhealthy``, ``unhealthyRange``)."""
+    remediated through the Metal3RemediationTemplate ``template``; ``spec`` adds fields
+    (``maxUnhealthy``, ``unhealthyRange``)."""
     return {
         "apiVersion": "cluster.x-k8s.io/v1beta1",
         "kind": "MachineHealthCheck",
@@ -73,7 +84,7 @@ def mhc_body(name: str, selects: str, timeout_s: int = 10, **spec: Any) -> dict[
             "remediationTemplate": {
                 "apiVersion": f"{M3_GROUP}/{M3_VERSION}",
                 "kind": "Metal3RemediationTemplate",
-                "name": TEMPLATE,
+                "name": template,
             },
             **spec,
         },

@@ -13,6 +13,10 @@ conversion webhook; the runner reads Machines as v1beta1 through it too.
   Ready; the MHC deletes the object and nothing holds it;
 * short circuit: two kwok nodes failing under ``maxUnhealthy: 1``, then ``unhealthyRange``: no
   remediation, ``RemediationAllowed`` False, the runner does nothing;
+* escalation: a kwok node cut off from the cluster (its power label, so its BMC still reads on)
+  whose BMC accepts power-off and stays on (``Lab.bmc_mode(node, "lies")``); the MHC creates the
+  remediation from a ``strategy: escalate`` template with ``deleteAfterRetries: 2``; the runner
+  tries twice, never taints, and hands the Machine to its owner (``OwnerRemediated=False``);
 * deleted mid-flight: the node comes back (kwok heartbeats it again) while its BMC is off and the
   runner holds the power-on (a VolumeAttachment not yet detached); the MHC deletes the remediation;
   the runner powers the host on before its finalizer lets the object go.
@@ -36,6 +40,8 @@ from runner_harness import Runner
 from noderemedy_lab.capi import CapiCluster
 from noderemedy_lab.config import POWER_LABEL
 from noderemedy_lab.mhc import (
+    M3_GROUP,
+    M3_VERSION,
     MHC_LABEL,
     OOS,
     RUNNER_SELECTOR,
@@ -55,6 +61,11 @@ REAL = "lab-real-0"
 PAIR = ["lab-node-0", "lab-node-1"]
 MIDFLIGHT = "lab-node-2"
 STRATEGY = {"type": "Reboot", "retryLimit": 1, "timeout": "300s"}
+#: The escalation scenario borrows a node of the short-circuit pair (its Machine relabelled for the
+#: test's own MHC) and its own template.
+ESCALATE_NODE = PAIR[0]
+ESCALATE_TEMPLATE = "noderemedy-escalate"
+ESCALATE_FIELDS = {"deleteAfterRetries": 2, "powerOffTimeoutSeconds": 3}
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +84,9 @@ def capi(lab_real: Any, api: client.ApiClient) -> Iterator[CapiCluster]:
         c.add_machine(MIDFLIGHT, {MHC_LABEL: "midflight"})
         print(f"FIGURE capi: 4 Machines with their nodeRef in {time.monotonic() - t0:.1f} s")
         metal3_objects(lab_real, c, [REAL, MIDFLIGHT], STRATEGY)
+        metal3_objects(
+            lab_real, c, [ESCALATE_NODE], {"type": "escalate"}, template=ESCALATE_TEMPLATE, **ESCALATE_FIELDS
+        )
         yield c
     finally:
         c.stop()
@@ -262,3 +276,82 @@ def test_remediation_deleted_mid_flight_powers_the_host_on_before_the_finalizer_
         lab_real.kubectl("taint", "node", node, f"{OOS}-")
         lab_real.power_on(node)
         lab_real.wait_nodes([node], "True", 120)
+
+
+def _relabel_machine(lab: Any, ns: str, name: str, selects: str) -> None:
+    client.CustomObjectsApi(lab.api_client()).patch_namespaced_custom_object(
+        "cluster.x-k8s.io", "v1beta1", ns, "machines", name, {"metadata": {"labels": {MHC_LABEL: selects}}}
+    )
+
+
+def _bmc_lines(lab: Any, node: str) -> list[str]:
+    """The BMC's chassis-control log without timestamps: ``0``/``1``, ``0 ignored`` when it lied."""
+    path = Path(lab.info["devices"]["bmcs"][node]["power_log"])
+    lines = path.read_text().splitlines() if path.exists() else []
+    return [" ".join(line.split()[1:]) for line in lines if line.strip()]
+
+
+def _owner_remediated(machine: dict[str, Any]) -> dict[str, Any]:
+    """The Machine's OwnerRemediated condition as cluster-api's v1beta1 API shows it ({} if none)."""
+    return condition(machine.get("status") or {}, "OwnerRemediated")
+
+
+def test_mhc_escalation_with_a_lying_bmc_hands_the_machine_over_after_two_attempts_and_never_taints(
+    lab_real: Any, capi: CapiCluster, runner: Runner
+) -> None:
+    ns, node = capi.namespace, ESCALATE_NODE
+    co = client.CustomObjectsApi(lab_real.api_client())
+    machine = capi.machine(node)
+    before = len(_bmc_lines(lab_real, node))
+    _relabel_machine(lab_real, ns, node, "escalate")
+    lab_real.bmc_mode(node, "lies")
+    create_mhc(lab_real, capi, mhc_body("escalate", "escalate", template=ESCALATE_TEMPLATE))
+    phases: list[str] = []
+    taints: list[bool] = []
+    try:
+        # cut off from the cluster, powered on: only the fence can make it safe, and this BMC lies
+        lab_real.kubectl("label", "node", node, f"{POWER_LABEL}=off", "--overwrite", check=True)
+        lab_real.wait_nodes([node], {"False", "Unknown"}, 120)
+        t0 = time.monotonic()
+
+        def handed_over() -> dict[str, Any] | None:
+            taints.append(tainted(lab_real, node))
+            obj = remediation(lab_real, ns, node)
+            if obj is None:
+                return None
+            phase = (obj.get("status") or {}).get("phase", "")
+            if phase and (not phases or phases[-1] != phase):
+                phases.append(phase)
+            m = co.get_namespaced_custom_object("cluster.x-k8s.io", "v1beta1", ns, "machines", node)
+            done = (
+                phase == "deleting-machine" and _owner_remediated(m) and not obj["metadata"].get("finalizers")
+            )
+            return obj if done else None
+
+        obj = wait_for(handed_over, 180, "phase deleting-machine, OwnerRemediated=False, our finalizer gone")
+        elapsed = time.monotonic() - t0
+        print(
+            f"\nFIGURE capi mhc escalate (lying BMC, deleteAfterRetries 2): NotReady to handed over {elapsed:.1f} s"
+        )
+        owners = obj["metadata"].get("ownerReferences") or []
+        assert [(o["kind"], o["name"], o["uid"]) for o in owners] == [
+            ("Machine", node, machine["metadata"]["uid"])
+        ]
+        m = co.get_namespaced_custom_object("cluster.x-k8s.io", "v1beta1", ns, "machines", node)
+        assert _owner_remediated(m).get("status") == "False", m.get("status")
+        assert obj["status"]["retryCount"] == 2 and phases[-1] == "deleting-machine", (obj["status"], phases)
+        assert "power-on" not in phases, f"a power-on without a verified power-off: {phases}"
+        assert _bmc_lines(lab_real, node)[before:] == ["0 ignored", "0 ignored"], "exactly 2 power attempts"
+        assert not any(taints) and not tainted(lab_real, node), "a taint without a verified power-off"
+        assert "EscalatedToMachineDeletion" in runner_events(lab_real, ns, node)
+    finally:
+        lab_real.bmc_mode(node, "normal")
+        lab_real.kubectl("label", "node", node, f"{POWER_LABEL}=on", "--overwrite")
+        lab_real.wait_nodes([node], "True", 120)
+        delete_mhc(lab_real, ns, "escalate")
+        _relabel_machine(lab_real, ns, node, "pair")
+        if remediation(lab_real, ns, node) is not None:
+            co.patch_namespaced_custom_object(
+                M3_GROUP, M3_VERSION, ns, "metal3remediations", node, {"metadata": {"finalizers": []}}
+            )
+            co.delete_namespaced_custom_object(M3_GROUP, M3_VERSION, ns, "metal3remediations", node)
