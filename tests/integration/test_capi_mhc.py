@@ -17,6 +17,8 @@ conversion webhook; the runner reads Machines as v1beta1 through it too.
   whose BMC accepts power-off and stays on (``Lab.bmc_mode(node, "lies")``); the MHC creates the
   remediation from a ``strategy: escalate`` template with ``deleteAfterRetries: 2``; the runner
   tries twice, never taints, and hands the Machine to its owner (``OwnerRemediated=False``);
+  the same with a BMC that stops answering and ``powerOffTimeoutSeconds: 5``: the attempt fails in
+  5 to 8 s, with a condition naming the BMC;
 * deleted mid-flight: the node comes back (kwok heartbeats it again) while its BMC is off and the
   runner holds the power-on (a VolumeAttachment not yet detached); the MHC deletes the remediation;
   the runner powers the host on before its finalizer lets the object go.
@@ -25,9 +27,11 @@ conversion webhook; the runner reads Machines as v1beta1 through it too.
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +70,8 @@ STRATEGY = {"type": "Reboot", "retryLimit": 1, "timeout": "300s"}
 ESCALATE_NODE = PAIR[0]
 ESCALATE_TEMPLATE = "noderemedy-escalate"
 ESCALATE_FIELDS = {"deleteAfterRetries": 2, "powerOffTimeoutSeconds": 3}
+TIMEOUT_TEMPLATE = "noderemedy-timeout"
+TIMEOUT_FIELDS = {"deleteAfterRetries": 1, "powerOffTimeoutSeconds": 5}
 
 
 @pytest.fixture(scope="module")
@@ -87,6 +93,7 @@ def capi(lab_real: Any, api: client.ApiClient) -> Iterator[CapiCluster]:
         metal3_objects(
             lab_real, c, [ESCALATE_NODE], {"type": "escalate"}, template=ESCALATE_TEMPLATE, **ESCALATE_FIELDS
         )
+        metal3_objects(lab_real, c, [], {"type": "escalate"}, template=TIMEOUT_TEMPLATE, **TIMEOUT_FIELDS)
         yield c
     finally:
         c.stop()
@@ -296,6 +303,34 @@ def _owner_remediated(machine: dict[str, Any]) -> dict[str, Any]:
     return condition(machine.get("status") or {}, "OwnerRemediated")
 
 
+@contextmanager
+def _cut_off_behind_a_bad_bmc(lab: Any, capi: CapiCluster, mode: str, template: str) -> Iterator[float]:
+    """:data:`ESCALATE_NODE` cut off from the cluster (its power label; its BMC still reads on), its
+    BMC in ``mode`` (``lies`` or ``silent``), its Machine under an MHC of its own remediating through
+    ``template``. Yields the monotonic time the node turned NotReady; afterwards the BMC is normal,
+    the node Ready, the MHC gone, the Machine back in its pair and no remediation left."""
+    ns, node = capi.namespace, ESCALATE_NODE
+    co = client.CustomObjectsApi(lab.api_client())
+    _relabel_machine(lab, ns, node, "escalate")
+    lab.bmc_mode(node, mode)
+    create_mhc(lab, capi, mhc_body("escalate", "escalate", template=template))
+    try:
+        lab.kubectl("label", "node", node, f"{POWER_LABEL}=off", "--overwrite", check=True)
+        lab.wait_nodes([node], {"False", "Unknown"}, 120)
+        yield time.monotonic()
+    finally:
+        lab.bmc_mode(node, "normal")
+        lab.kubectl("label", "node", node, f"{POWER_LABEL}=on", "--overwrite")
+        lab.wait_nodes([node], "True", 120)
+        delete_mhc(lab, ns, "escalate")
+        _relabel_machine(lab, ns, node, "pair")
+        if remediation(lab, ns, node) is not None:
+            co.patch_namespaced_custom_object(
+                M3_GROUP, M3_VERSION, ns, "metal3remediations", node, {"metadata": {"finalizers": []}}
+            )
+            co.delete_namespaced_custom_object(M3_GROUP, M3_VERSION, ns, "metal3remediations", node)
+
+
 def test_mhc_escalation_with_a_lying_bmc_hands_the_machine_over_after_two_attempts_and_never_taints(
     lab_real: Any, capi: CapiCluster, runner: Runner
 ) -> None:
@@ -303,16 +338,9 @@ def test_mhc_escalation_with_a_lying_bmc_hands_the_machine_over_after_two_attemp
     co = client.CustomObjectsApi(lab_real.api_client())
     machine = capi.machine(node)
     before = len(_bmc_lines(lab_real, node))
-    _relabel_machine(lab_real, ns, node, "escalate")
-    lab_real.bmc_mode(node, "lies")
-    create_mhc(lab_real, capi, mhc_body("escalate", "escalate", template=ESCALATE_TEMPLATE))
     phases: list[str] = []
     taints: list[bool] = []
-    try:
-        # cut off from the cluster, powered on: only the fence can make it safe, and this BMC lies
-        lab_real.kubectl("label", "node", node, f"{POWER_LABEL}=off", "--overwrite", check=True)
-        lab_real.wait_nodes([node], {"False", "Unknown"}, 120)
-        t0 = time.monotonic()
+    with _cut_off_behind_a_bad_bmc(lab_real, capi, "lies", ESCALATE_TEMPLATE) as t0:
 
         def handed_over() -> dict[str, Any] | None:
             taints.append(tainted(lab_real, node))
@@ -344,14 +372,34 @@ def test_mhc_escalation_with_a_lying_bmc_hands_the_machine_over_after_two_attemp
         assert _bmc_lines(lab_real, node)[before:] == ["0 ignored", "0 ignored"], "exactly 2 power attempts"
         assert not any(taints) and not tainted(lab_real, node), "a taint without a verified power-off"
         assert "EscalatedToMachineDeletion" in runner_events(lab_real, ns, node)
-    finally:
-        lab_real.bmc_mode(node, "normal")
-        lab_real.kubectl("label", "node", node, f"{POWER_LABEL}=on", "--overwrite")
-        lab_real.wait_nodes([node], "True", 120)
-        delete_mhc(lab_real, ns, "escalate")
-        _relabel_machine(lab_real, ns, node, "pair")
-        if remediation(lab_real, ns, node) is not None:
-            co.patch_namespaced_custom_object(
-                M3_GROUP, M3_VERSION, ns, "metal3remediations", node, {"metadata": {"finalizers": []}}
-            )
-            co.delete_namespaced_custom_object(M3_GROUP, M3_VERSION, ns, "metal3remediations", node)
+
+
+def test_mhc_power_off_timeout_against_a_silent_bmc_fails_the_attempt_in_5_to_8_s(
+    lab_real: Any, capi: CapiCluster, runner: Runner
+) -> None:
+    ns, node = capi.namespace, ESCALATE_NODE
+    bmc = lab_real.info["devices"]["bmcs"][node]
+    before = len(_bmc_lines(lab_real, node))
+    with _cut_off_behind_a_bad_bmc(lab_real, capi, "silent", TIMEOUT_TEMPLATE):
+
+        def power_condition() -> dict[str, Any] | None:
+            obj = remediation(lab_real, ns, node)
+            conds = [
+                c
+                for c in ((obj or {}).get("status") or {}).get("conditions") or []
+                if c["type"] == "PowerVerified"
+            ]
+            return conds[0] if conds else None
+
+        cond = wait_for(power_condition, 180, "a PowerVerified condition on the MHC's remediation")
+        took = re.search(r"after ([\d.]+) s", cond["message"])
+        assert took, cond["message"]
+        print(
+            f"\nFIGURE capi mhc silent BMC: power-off attempt failed after {float(took.group(1)):.1f} s (powerOffTimeoutSeconds 5)"
+        )
+        assert cond["status"] == "False" and cond["reason"] == "PowerTimedOut", cond
+        assert f"BMC ipmi://{bmc['host']}:{bmc['port']}" in cond["message"], cond["message"]
+        assert "last reading: none (no answer)" in cond["message"], cond["message"]
+        assert 5.0 <= float(took.group(1)) <= 8.0, cond["message"]
+        assert _bmc_lines(lab_real, node)[before:] == [], "a silent BMC did nothing"
+        assert not tainted(lab_real, node)
