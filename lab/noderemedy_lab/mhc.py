@@ -12,6 +12,7 @@ check design), which cluster-api's conversion webhook stores as v1beta2.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from .capi import CLUSTER, CapiCluster
@@ -144,8 +145,17 @@ def tainted(lab: Any, node: str) -> bool:
     return any(t.key == OOS for t in taints)
 
 
-def power_off_remediated(lab: Any, capi: CapiCluster, node: str, timeout: float = 240.0) -> dict[str, Any]:
+def power_off_remediated(
+    lab: Any,
+    capi: CapiCluster,
+    node: str,
+    timeout: float = 240.0,
+    power: tuple[Callable[[], None], Callable[[], None]] | None = None,
+) -> dict[str, Any]:
     """Cut ``node``'s power at its BMC and follow the MHC's remediation through to its end.
+
+    ``power`` is the (off, on) pair that cuts and restores the power, by default the node's IPMI
+    BMC (``lab.power_off`` / ``lab.power_on``); a Redfish system's reset serves as well.
 
     Polls every 0.25 s; returns ``{"steps": {step: seconds from NotReady}, "remediation": the
     Metal3Remediation as first seen, "events": runner Event reasons, "taint_seen": bool}`` with
@@ -156,7 +166,8 @@ def power_off_remediated(lab: Any, capi: CapiCluster, node: str, timeout: float 
     untainted again on the way out if the flow did not end.
     """
     ns = capi.namespace
-    lab.power_off(node)
+    power_off, power_on = power or ((lambda: lab.power_off(node)), (lambda: lab.power_on(node)))
+    power_off()
     t_cut = time.monotonic()
     steps: dict[str, float] = {}
     first: dict[str, Any] | None = None
@@ -193,5 +204,5 @@ def power_off_remediated(lab: Any, capi: CapiCluster, node: str, timeout: float 
     finally:
         if lab.node_ready([node])[node] != "True" or tainted(lab, node):
             lab.kubectl("taint", "node", node, f"{OOS}-")
-            lab.power_on(node)
+            power_on()
             lab.wait_nodes([node], "True", 120)

@@ -19,6 +19,8 @@ conversion webhook; the runner reads Machines as v1beta1 through it too.
   tries twice, never taints, and hands the Machine to its owner (``OwnerRemediated=False``);
   the same with a BMC that stops answering and ``powerOffTimeoutSeconds: 5``: the attempt fails in
   5 to 8 s, with a condition naming the BMC;
+* Redfish: the first scenario again with the host's BareMetalHost at a ``redfish://`` address, the
+  lab's sushy-tools system of the node, cut and fenced through it;
 * deleted mid-flight: the node comes back (kwok heartbeats it again) while its BMC is off and the
   runner holds the power-on (a VolumeAttachment not yet detached); the MHC deletes the remediation;
   the runner powers the host on before its finalizer lets the object go.
@@ -41,6 +43,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 from runner_harness import Runner
 
+from ansible_collections.noderemedy.core.plugins.module_utils._redfish import RedfishDriver
 from noderemedy_lab.capi import CapiCluster
 from noderemedy_lab.config import POWER_LABEL
 from noderemedy_lab.mhc import (
@@ -403,3 +406,49 @@ def test_mhc_power_off_timeout_against_a_silent_bmc_fails_the_attempt_in_5_to_8_
         assert 5.0 <= float(took.group(1)) <= 8.0, cond["message"]
         assert _bmc_lines(lab_real, node)[before:] == [], "a silent BMC did nothing"
         assert not tainted(lab_real, node)
+
+
+RF_NODE = PAIR[1]
+
+
+def test_mhc_remediates_a_redfish_host_through_the_runner(
+    lab_real: Any, capi: CapiCluster, runner: Runner, redfish_peer: dict[str, Any]
+) -> None:
+    ns, node, ep = capi.namespace, RF_NODE, redfish_peer
+    system = ep["systems"][node]["uri"]
+    rf = RedfishDriver(
+        ep["host"], ep["username"], ep["password"], ipport=ep["port"], ca_path=ep["ca_file"],
+        systems_uri=system, poll_interval=0.05,
+    )  # fmt: skip
+    core, co = client.CoreV1Api(lab_real.api_client()), client.CustomObjectsApi(lab_real.api_client())
+    core.create_namespaced_secret(
+        ns,
+        {
+            "metadata": {"name": f"{node}-bmc"},
+            "stringData": {"username": ep["username"], "password": ep["password"]},
+        },
+    )
+    co.create_namespaced_custom_object(
+        "metal3.io", "v1alpha1", ns, "baremetalhosts",
+        {"apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost", "metadata": {"name": node},
+         "spec": {"online": True, "bmc": {"address": f"redfish://{ep['host']}:{ep['port']}{system}",
+                                          "credentialsName": f"{node}-bmc", "disableCertificateVerification": True}}},
+    )  # fmt: skip
+    _relabel_machine(lab_real, ns, node, "rf")
+    create_mhc(lab_real, capi, mhc_body("rf", "rf"))
+    try:
+        out = power_off_remediated(lab_real, capi, node, power=(lambda: rf.run("off"), lambda: rf.run("on")))
+    finally:
+        delete_mhc(lab_real, ns, "rf")
+        _relabel_machine(lab_real, ns, node, "pair")
+        co.delete_namespaced_custom_object("metal3.io", "v1alpha1", ns, "baremetalhosts", node)
+        core.delete_namespaced_secret(f"{node}-bmc", ns)
+    steps, events = out["steps"], out["events"]
+    for name, value in steps.items():
+        print(f"FIGURE capi mhc redfish {node}: {name} {value}")
+    assert {"PowerOff", "OutOfServiceTaintAdded", "PowerOn", "OutOfServiceTaintRemoved"} <= set(events), (
+        events
+    )
+    assert events.index("PowerOff") < events.index("OutOfServiceTaintAdded") < events.index("PowerOn")
+    assert rf.run("status").after == {system: "on"}, "the Redfish system was not powered on"
+    assert not tainted(lab_real, node) and lab_real.node_ready([node])[node] == "True"
