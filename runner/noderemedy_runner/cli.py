@@ -276,9 +276,11 @@ def build_parser() -> argparse.ArgumentParser:
     act.add_argument(
         "--max-power-fencing",
         type=int,
-        default=1,
+        default=48,
         metavar="N",
-        help="nodes in their PowerManagement step at once (the seed's 'at most N nodes'; default 1)",
+        help="nodes in their PowerManagement step at once (the seed's 'at most N nodes'; default "
+        "%(default)s: a whole rack of 1U servers at once; a false mass failure is the storm guard's "
+        "to stop: docs/operations.md)",
     )
     act.add_argument(
         "--max-pods-released-per-minute",
