@@ -68,6 +68,8 @@ from noderemedy_runner.run_processes import (
 )
 
 log = logging.getLogger(__name__)
+#: the per-run lines (``run <ident>: ...``) go where a run of its own logs them
+run_log = logging.getLogger("noderemedy_runner.executor")
 
 #: Playbooks whose plays run on ``{{ noderemedy_hosts | default('localhost') }}`` and end with the
 #: task setting :data:`DONE_FACT`: the only ones batched.
@@ -184,22 +186,41 @@ def host_outcome(
     )
 
 
-def write_host_artifacts(art: Path, events: Sequence[Mapping[str, Any]], outcome: RunOutcome) -> None:
-    """Write one host's run as ansible-runner's artifacts of a run of its own into ``art``
-    (``<private data dir>/artifacts/<ident>``): ``job_events/<counter>-<uuid>.json`` (its task
-    events and its own stats event), ``rc``, then ``status`` last, so a process killed while
-    writing leaves artifacts :meth:`~noderemedy_runner.executor.Executor.recover` discards."""
-    if art.exists():
-        shutil.rmtree(art, ignore_errors=True)
+def _start_artifacts(art: Path) -> None:
+    """Begin one host's artifacts (``<private data dir>/artifacts/<ident>/job_events/``, emptied):
+    the run is under way, as ansible-runner's own artifacts say at a run's start."""
+    try:
+        if art.exists():
+            shutil.rmtree(art, ignore_errors=True)
+        (art / "job_events").mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        log.warning("artifacts %s: %s", art, exc)
+
+
+def _write_event(art: Path, event: Mapping[str, Any], n: int) -> None:
+    """One of the host's job events, as ``job_events/<n>-<uuid>.json`` (n: its place among the
+    host's events)."""
+    try:
+        (art / "job_events" / f"{n}-{event.get('uuid') or n}.json").write_text(json.dumps(event))
+    except OSError as exc:
+        log.warning("artifacts %s: %s", art, exc)
+
+
+def finish_host_artifacts(
+    art: Path, host: str, events: Sequence[Mapping[str, Any]], outcome: RunOutcome
+) -> None:
+    """End one host's artifacts in ``art`` (``<private data dir>/artifacts/<ident>``) as those of a
+    run of its own: its task events (written as they came, rewritten here when missing), a
+    ``playbook_on_stats`` of its own (:func:`host_stats`), ``rc``, then ``status`` last, so a
+    process killed while writing leaves artifacts :meth:`~noderemedy_runner.executor.Executor.recover`
+    discards (as it does those of a ``canceled`` run). Raises OSError."""
     jobs = art / "job_events"
     jobs.mkdir(parents=True, exist_ok=True)
-    last = 0
-    for ev in events:
-        counter = int(ev.get("counter") or last + 1)
-        last = max(last, counter)
-        (jobs / f"{counter}-{ev.get('uuid') or counter}.json").write_text(json.dumps(ev))
-    stats = host_stats(str(next((event_host(e) for e in events if event_host(e)), "")), events)
-    (jobs / f"{last + 1}-stats.json").write_text(json.dumps(stats))
+    for n, ev in enumerate(events, 1):
+        path = jobs / f"{n}-{ev.get('uuid') or n}.json"
+        if not path.exists():
+            path.write_text(json.dumps(ev))
+    (jobs / f"{len(events) + 1}-stats.json").write_text(json.dumps(host_stats(host, events)))
     (art / "rc").write_text(str(outcome.rc if outcome.rc is not None else -1))
     (art / "status").write_text(outcome.status)
 
@@ -391,17 +412,19 @@ class BatchingExecutor(Executor):
             extra={"in_flight": self.slots.in_flight},
         )  # fmt: skip
         for r in live:  # each caller's run, logged as a run of its own is
-            log.info("run %s: %s for %s %s", r.ident, batch.playbook, r.kind, r.name, extra={"batch": ident})
+            run_log.info(
+                "run %s: %s for %s %s", r.ident, batch.playbook, r.kind, r.name, extra={"batch": ident}
+            )
+            _start_artifacts(r.private / "artifacts" / r.ident)
 
         def deliver(req: _Request, outcome: RunOutcome, events: Sequence[Mapping[str, Any]]) -> None:
             art = req.private / "artifacts" / req.ident
-            if outcome.status not in ("canceled",):
-                try:
-                    write_host_artifacts(art, events, outcome)
-                    outcome = _with_artifacts(outcome, str(art))
-                except OSError as exc:  # the outcome still goes back; a restart replays the run
-                    log.warning("batch %s: artifacts of %s: %s", ident, req.ident, exc)
-            log.info("run %s: %s in %.2f s", req.ident, outcome.status, time.monotonic() - started)
+            try:
+                finish_host_artifacts(art, req.host, events, outcome)
+                outcome = _with_artifacts(outcome, str(art))
+            except OSError as exc:  # the outcome still goes back; a restart replays the run
+                log.warning("batch %s: artifacts of %s: %s", ident, req.ident, exc)
+            run_log.info("run %s: %s in %.2f s", req.ident, outcome.status, time.monotonic() - started)
             req.outcome = outcome
             req.done.set()
 
@@ -411,6 +434,7 @@ class BatchingExecutor(Executor):
             if req is None or req.done.is_set() or ev.get("event") not in _HOST_EVENTS:
                 return True
             host_events[req.host].append(ev)
+            _write_event(req.private / "artifacts" / req.ident, ev, len(host_events[req.host]))
             end = ends_host(ev)
             if end is not None:
                 outcome = host_outcome(
@@ -475,6 +499,7 @@ class BatchingExecutor(Executor):
             if req.done.is_set():
                 continue
             if status == "canceled" and not req.cancel.is_set():  # stopped for another caller
+                shutil.rmtree(req.private / "artifacts" / req.ident, ignore_errors=True)
                 req.again = True
                 req.done.set()
                 continue
@@ -517,5 +542,5 @@ __all__ = [
     "host_name",
     "host_outcome",
     "host_stats",
-    "write_host_artifacts",
+    "finish_host_artifacts",
 ]

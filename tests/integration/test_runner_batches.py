@@ -143,9 +143,19 @@ def test_three_nodes_failing_at_once_share_each_run_and_each_ends_final_with_its
             power_sets(lab_kube, node, since),
         )
         assert power_sets(lab_kube, node, since).count("0") == 1, "one power cut per node"
-        assert conds(obj)["WorkloadsReleased"]["status"] == "True", (node, conds(obj))
-        reasons = {e.reason for e in events_with(api, obj, "FenceAgentSucceeded")}
-        assert "FenceAgentFailed" not in reasons, (node, reasons)
+        assert conds(obj)["Succeeded"]["reason"] == "RemediationFinished", (node, conds(obj))
+        # its own run results and its own release, in its own Events
+        reasons = {e.reason for e in events_with(api, obj, "FenceAgentSucceeded", "OutOfServiceTaintAdded")}
+        assert "FenceAgentFailed" not in reasons and "OutOfServiceTaintRefused" not in reasons, (
+            node,
+            reasons,
+        )
+        added = [e.message for e in events_of(api, obj) if e.reason == "OutOfServiceTaintAdded"]
+        # on its own node, with its own run's verified fence
+        assert added and all(f"node {node} " in m and f"run {names[node]}-" in m for m in added), (
+            node,
+            added,
+        )
     assert tainted == set(hung_nodes) and not any(oos_on(core, n) for n in hung_nodes)
     sizes = batches([r])
     runs = len(r.logged(r"^run \S+: fence_step\.yml for "))
