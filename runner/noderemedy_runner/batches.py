@@ -36,6 +36,7 @@ from its start (an idempotent repeat: docs/state-machines.md).
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import re
@@ -241,6 +242,8 @@ class _Request:
     outcome: RunOutcome | None = None
     #: the batch stopped for another caller's cancel before this host was done: run it again
     again: bool = False
+    #: the caller's context: its log scope (the NodeFence and its node) for the lines about its run
+    context: contextvars.Context = field(default_factory=contextvars.copy_context)
 
 
 @dataclass(eq=False)
@@ -412,8 +415,14 @@ class BatchingExecutor(Executor):
             extra={"in_flight": self.slots.in_flight},
         )  # fmt: skip
         for r in live:  # each caller's run, logged as a run of its own is
-            run_log.info(
-                "run %s: %s for %s %s", r.ident, batch.playbook, r.kind, r.name, extra={"batch": ident}
+            r.context.run(
+                run_log.info,
+                "run %s: %s for %s %s",
+                r.ident,
+                batch.playbook,
+                r.kind,
+                r.name,
+                extra={"batch": ident},
             )
             _start_artifacts(r.private / "artifacts" / r.ident)
 
@@ -424,7 +433,9 @@ class BatchingExecutor(Executor):
                 outcome = _with_artifacts(outcome, str(art))
             except OSError as exc:  # the outcome still goes back; a restart replays the run
                 log.warning("batch %s: artifacts of %s: %s", ident, req.ident, exc)
-            run_log.info("run %s: %s in %.2f s", req.ident, outcome.status, time.monotonic() - started)
+            req.context.run(
+                run_log.info, "run %s: %s in %.2f s", req.ident, outcome.status, time.monotonic() - started
+            )
             req.outcome = outcome
             req.done.set()
 
