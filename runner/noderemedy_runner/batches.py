@@ -83,6 +83,8 @@ DONE_FACT = "noderemedy_host_done"
 BATCH_WINDOW = 0.25
 #: Default most hosts in one batch (and Ansible forks of its run).
 BATCH_SIZE = 20
+#: Seconds past the run deadline a canceled caller waits for its batch's processes to be gone.
+STOP_GRACE_SECONDS = 30.0
 #: ansible-playbook's exit codes: a host failed, a host was unreachable.
 RC_FAILED, RC_UNREACHABLE = 2, 4
 _HOST_RE = re.compile(r"[^A-Za-z0-9._-]")
@@ -244,6 +246,8 @@ class _Request:
     again: bool = False
     #: the caller's context: its log scope (the NodeFence and its node) for the lines about its run
     context: contextvars.Context = field(default_factory=contextvars.copy_context)
+    #: the batch it is in
+    batch: _Batch | None = None
 
 
 @dataclass(eq=False)
@@ -252,6 +256,9 @@ class _Batch:
     requests: list[_Request] = field(default_factory=list)
     closed: bool = False
     full: threading.Event = field(default_factory=threading.Event)
+    #: set once the batch holds its slot (its run may start), and once it is over
+    running: threading.Event = field(default_factory=threading.Event)
+    ended: threading.Event = field(default_factory=threading.Event)
 
     def hosts(self) -> set[str]:
         return {r.host for r in self.requests}
@@ -334,18 +341,23 @@ class BatchingExecutor(Executor):
         req = _Request(
             host_name(name), run_ident, kind, name, extravars, private, cancel or threading.Event(), priority
         )
+        canceled = RunOutcome(
+            run_ident, "canceled", None,
+            failed_tasks=("canceled: the runner is stopping or the custom resource was deleted",),
+        )  # fmt: skip
         while True:
             self._join(action.playbook, req)
             while not req.done.wait(CANCEL_POLL_SECONDS):
                 if req.cancel.is_set():
-                    return RunOutcome(run_ident, "canceled", None, failed_tasks=("canceled: the runner is "
-                                      "stopping or the custom resource was deleted",))  # fmt: skip
+                    if req.batch is not None and req.batch.running.is_set():
+                        # as a run of its own: back once every process of the run is gone
+                        req.batch.ended.wait(self.run_deadline + STOP_GRACE_SECONDS)
+                    return canceled
             if req.again and not req.cancel.is_set():
                 req.again, req.outcome = False, None
                 req.done.clear()
                 continue
-            assert req.outcome is not None
-            return req.outcome
+            return req.outcome or canceled
 
     # --- gathering -----------------------------------------------------------------------------
     def _join(self, playbook: str, req: _Request) -> None:
@@ -359,6 +371,7 @@ class BatchingExecutor(Executor):
                 self._pending[playbook] = batch
             assert batch is not None
             batch.requests.append(req)
+            req.batch = batch
             if len(batch.requests) >= self.batch_size:
                 batch.closed = True
                 batch.full.set()
@@ -373,32 +386,36 @@ class BatchingExecutor(Executor):
             batch.closed = True
             if self._pending.get(batch.playbook) is batch:
                 del self._pending[batch.playbook]
-        try:
-            self._run_batch(batch)
-        except Exception as exc:  # every caller gets an outcome, never a hang
-            log.exception("batch of %s failed to run", batch.playbook)
-            for req in batch.requests:
-                if not req.done.is_set():
-                    req.outcome = RunOutcome(req.ident, "error", None, failed_tasks=(f"batch: {exc}"[:400],))
-                    req.done.set()
+        self._run_batch(batch)
 
     # --- running -------------------------------------------------------------------------------
     def _run_batch(self, batch: _Batch) -> None:
+        """Wait for a slot, then run the batch; every caller's ``done`` is set at the end."""
+        try:
+            if self.slots.acquire(
+                min(r.priority for r in batch.requests), _AllSet([r.cancel for r in batch.requests])
+            ):
+                try:
+                    batch.running.set()
+                    live = [r for r in batch.requests if not r.cancel.is_set()]
+                    if live:
+                        self._run_live(batch, live)
+                finally:
+                    self.slots.release()
+        except Exception as exc:  # every caller gets an outcome, never a hang
+            log.exception("batch of %s failed to run", batch.playbook)
+            for r in batch.requests:
+                if r.outcome is None and not r.again:
+                    r.outcome = RunOutcome(r.ident, "error", None, failed_tasks=(f"batch: {exc}"[:400],))
+        finally:
+            batch.ended.set()
+            for r in batch.requests:
+                r.done.set()  # a caller without an outcome returns canceled
+
+    def _run_live(self, batch: _Batch, live: list[_Request]) -> None:
+        """Run ``batch``'s playbook for ``live`` (its callers still waiting), holding a slot."""
         import ansible_runner  # type: ignore[import-untyped]  # heavy import
 
-        live = [r for r in batch.requests if not r.cancel.is_set()]
-        for r in batch.requests:
-            if r.cancel.is_set():
-                r.done.set()  # its caller returns canceled
-        if not live:
-            return
-        everyone_gone = threading.Event()
-        if not self.slots.acquire(
-            min(r.priority for r in live), _AllSet([r.cancel for r in live], everyone_gone)
-        ):
-            for r in live:
-                r.done.set()
-            return
         with self._lock:
             self._serial += 1
             self.batches_started += 1
@@ -502,8 +519,9 @@ class BatchingExecutor(Executor):
             status = str(runner.status)
             if status in ("timeout", "canceled"):
                 kill_run_processes(token)
-        finally:
-            self.slots.release()
+        except BaseException:
+            kill_run_processes(token)
+            raise
         seconds = time.monotonic() - started
         log.info("batch %s: %s in %.2f s", ident, status, seconds)
         for req in live:
@@ -524,13 +542,12 @@ class _AllSet(threading.Event):
     """An event that reads as set once every one of ``events`` is (the batch's callers all gave
     up waiting for a slot); only :meth:`is_set` is meaningful."""
 
-    def __init__(self, events: Sequence[threading.Event], also: threading.Event) -> None:
+    def __init__(self, events: Sequence[threading.Event]) -> None:
         super().__init__()
         self._events = list(events)
-        self._also = also
 
     def is_set(self) -> bool:
-        return self._also.is_set() or all(e.is_set() for e in self._events)
+        return all(e.is_set() for e in self._events)
 
 
 def _with_artifacts(outcome: RunOutcome, art: str) -> RunOutcome:

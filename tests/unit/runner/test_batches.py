@@ -257,3 +257,26 @@ def test_a_canceled_caller_returns_canceled_and_a_finished_one_keeps_its_result(
     cancel.set()
     ta.join(60)
     assert results["a"].status == "canceled" and results["b"].succeeded
+    # back only once its batch is over, as a run of its own: its artifacts say canceled (replayed
+    # after a restart, never read back as a result)
+    art = tmp_path / "runs" / "nodefence" / "_cluster_nf-a" / "artifacts" / "nf-a-r0"
+    assert (art / "status").read_text() == "canceled"
+
+
+def test_a_caller_canceled_while_its_batch_waits_for_a_slot_returns_canceled(
+    tmp_path: Path, playbooks: Path
+) -> None:
+    ex = BatchingExecutor(tmp_path / "runs", playbooks, batch_window=0.1, max_concurrent_runs=1)
+    assert ex.slots.acquire(0, threading.Event())  # every slot busy
+    cancel = threading.Event()
+    results: dict[str, RunOutcome] = {}
+    t = threading.Thread(
+        target=lambda: results.setdefault(
+            "a", ex.run(step("nf-a-r0", "a"), kind="NodeFence", name="nf-a", cancel=cancel)
+        )
+    )
+    t.start()
+    cancel.set()
+    t.join(60)
+    ex.slots.release()
+    assert results["a"].status == "canceled" and ex.batches_started == 0
