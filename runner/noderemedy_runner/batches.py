@@ -3,7 +3,8 @@
 When a rack fails, tens of NodeFences ask for the same playbook (``fence_step.yml``: their
 PowerManagement step) within a second, and each run costs about 1.3 s of ``ansible-playbook``
 start-up (``bench/results/fencing.json``). :class:`BatchingExecutor` gathers the runs requested
-for one playbook within ``batch_window`` seconds (at most ``batch_size`` of them) into one
+for one playbook within ``batch_window`` seconds, or while every slot is busy (at most
+``batch_size`` of them), into one
 ansible-runner run whose inventory has one host per custom resource: the host's variables are
 that resource's own extravars (references only, checked as :class:`~noderemedy_runner.machines.actions.Action`
 checks them: invariant 5), Ansible's forks are the batch's size and its strategy is ``free``, so
@@ -382,19 +383,22 @@ class BatchingExecutor(Executor):
 
     def _lead(self, batch: _Batch) -> None:
         batch.full.wait(self.batch_window)
+        self._run_batch(batch)
+
+    def _close(self, batch: _Batch) -> None:
         with self._lock:
             batch.closed = True
             if self._pending.get(batch.playbook) is batch:
                 del self._pending[batch.playbook]
-        self._run_batch(batch)
 
     # --- running -------------------------------------------------------------------------------
     def _run_batch(self, batch: _Batch) -> None:
-        """Wait for a slot, then run the batch; every caller's ``done`` is set at the end."""
+        """Wait for a slot -- the batch still takes more runs meanwhile, up to ``batch_size``: when
+        every slot is busy, the runs asked for while it waits go in it --, then run the batch;
+        every caller's ``done`` is set at the end."""
         try:
-            if self.slots.acquire(
-                min(r.priority for r in batch.requests), _AllSet([r.cancel for r in batch.requests])
-            ):
+            if self.slots.acquire(min(r.priority for r in batch.requests), _AllSet(batch.requests)):
+                self._close(batch)
                 try:
                     batch.running.set()
                     live = [r for r in batch.requests if not r.cancel.is_set()]
@@ -408,6 +412,7 @@ class BatchingExecutor(Executor):
                 if r.outcome is None and not r.again:
                     r.outcome = RunOutcome(r.ident, "error", None, failed_tasks=(f"batch: {exc}"[:400],))
         finally:
+            self._close(batch)
             batch.ended.set()
             for r in batch.requests:
                 r.done.set()  # a caller without an outcome returns canceled
@@ -539,15 +544,15 @@ class BatchingExecutor(Executor):
 
 
 class _AllSet(threading.Event):
-    """An event that reads as set once every one of ``events`` is (the batch's callers all gave
-    up waiting for a slot); only :meth:`is_set` is meaningful."""
+    """An event that reads as set once every caller of a batch is canceled (they all gave up
+    waiting for a slot); only :meth:`is_set` is meaningful."""
 
-    def __init__(self, events: Sequence[threading.Event]) -> None:
+    def __init__(self, requests: list[_Request]) -> None:
         super().__init__()
-        self._events = list(events)
+        self._requests = requests  # the batch's own list: runs that join it later count too
 
     def is_set(self) -> bool:
-        return all(e.is_set() for e in self._events)
+        return all(r.cancel.is_set() for r in list(self._requests))
 
 
 def _with_artifacts(outcome: RunOutcome, art: str) -> RunOutcome:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -280,3 +282,41 @@ def test_a_caller_canceled_while_its_batch_waits_for_a_slot_returns_canceled(
     t.join(60)
     ex.slots.release()
     assert results["a"].status == "canceled" and ex.batches_started == 0
+
+
+def wait_until(cond: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
+
+
+def test_a_batch_waiting_for_a_slot_takes_the_runs_asked_for_meanwhile(
+    tmp_path: Path, playbooks: Path
+) -> None:
+    ex = BatchingExecutor(
+        tmp_path / "runs", playbooks, batch_window=0.05, batch_size=5, max_concurrent_runs=1
+    )
+    assert ex.slots.acquire(0, threading.Event())  # every slot busy
+    threads = [
+        threading.Thread(
+            target=ex.run, args=(step("nf-a-r0", "a"),), kwargs={"kind": "NodeFence", "name": "nf-a"}
+        )
+    ]
+    threads[0].start()
+    wait_until(lambda: ex.slots.queued == 1, 30, "the first batch waiting for a slot")
+    for h in ("b", "c"):
+        t = threading.Thread(
+            target=ex.run, args=(step(f"nf-{h}-r0", h),), kwargs={"kind": "NodeFence", "name": f"nf-{h}"}
+        )
+        t.start()
+        threads.append(t)
+    wait_until(
+        lambda: "fence_step.yml" in ex._pending and len(ex._pending["fence_step.yml"].requests) == 3,
+        30,
+        "3 runs in it",
+    )
+    ex.slots.release()
+    for t in threads:
+        t.join(60)
+    assert (ex.batches_started, ex.hosts_served) == (1, 3)
