@@ -229,6 +229,18 @@ def finish_host_artifacts(
     (art / "status").write_text(outcome.status)
 
 
+def rotate_batches(batches_dir: Path, keep: int) -> None:
+    """Remove all but the ``keep`` newest batch data dirs under ``batches_dir`` (by mtime; a
+    batch in flight is among the newest). Each host's own artifacts live in its custom resource's
+    data dir and are rotated there."""
+    try:
+        dirs = sorted((d for d in batches_dir.iterdir() if d.is_dir()), key=lambda d: d.stat().st_mtime)
+    except OSError:
+        return
+    for old in dirs[: max(0, len(dirs) - max(1, keep))]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
 @dataclass(eq=False)
 class _Request:
     """One caller's run inside a batch."""
@@ -430,7 +442,10 @@ class BatchingExecutor(Executor):
         host_events: dict[str, list[dict[str, Any]]] = {h: [] for h in by_host}
         started = time.monotonic()
         ident = f"batch-{int(time.time() * 1000)}-{serial}"
-        private = self.data_dir / "batches" / Path(batch.playbook).stem
+        # a private data dir per batch: ansible-runner writes the run's inventory into it, and
+        # batches of one playbook run at once
+        batches_dir = self.data_dir / "batches" / Path(batch.playbook).stem
+        private = batches_dir / ident
         private.mkdir(parents=True, exist_ok=True)
         log.info(
             "batch %s: %s for %d hosts (%s)", ident, batch.playbook, len(live), ", ".join(sorted(by_host)),
@@ -529,6 +544,7 @@ class BatchingExecutor(Executor):
             raise
         seconds = time.monotonic() - started
         log.info("batch %s: %s in %.2f s", ident, status, seconds)
+        rotate_batches(batches_dir, self.rotate_artifacts)
         for req in live:
             if req.done.is_set():
                 continue
@@ -575,5 +591,6 @@ __all__ = [
     "host_name",
     "host_outcome",
     "host_stats",
+    "rotate_batches",
     "finish_host_artifacts",
 ]

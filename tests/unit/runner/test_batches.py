@@ -6,6 +6,7 @@ is recovered after a restart and an interrupted one replayed."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from noderemedy_runner.batches import (
     host_name,
     host_outcome,
     host_stats,
+    rotate_batches,
 )
 from noderemedy_runner.executor import Executor, RunOutcome
 from noderemedy_runner.machines.actions import Action
@@ -320,3 +322,33 @@ def test_a_batch_waiting_for_a_slot_takes_the_runs_asked_for_meanwhile(
     for t in threads:
         t.join(60)
     assert (ex.batches_started, ex.hosts_served) == (1, 3)
+
+
+def test_batches_running_at_once_each_run_their_own_hosts(tmp_path: Path, playbooks: Path) -> None:
+    """Batches of one playbook in flight together: each has its own inventory (its own private
+    data dir), so every host runs once, in its own batch."""
+    ex = BatchingExecutor(
+        tmp_path / "runs", playbooks, batch_window=0.05, batch_size=1, max_concurrent_runs=4
+    )
+    out, _ = run_all(ex, {f"nf-{h}": step(f"nf-{h}-r0", h) for h in "abcd"})
+    assert all(o.succeeded and o.ok == 2 for o in out.values()), out
+    assert ex.batches_started == 4
+    runs = list((tmp_path / "runs" / "batches" / "fence_step").iterdir())
+    assert len(runs) == 4
+    hosts = []
+    for run in runs:
+        events = [
+            json.loads(p.read_text()) for p in (run / "artifacts" / run.name / "job_events").glob("*.json")
+        ]
+        seen = {e["event_data"]["host"] for e in events if (e.get("event_data") or {}).get("host")}
+        assert len(seen) == 1, (run.name, seen)
+        hosts += seen
+    assert sorted(hosts) == ["nf-a", "nf-b", "nf-c", "nf-d"]
+
+
+def test_old_batch_dirs_are_rotated(tmp_path: Path) -> None:
+    for i in range(5):
+        (tmp_path / f"batch-{i}").mkdir()
+        os.utime(tmp_path / f"batch-{i}", (1000 + i, 1000 + i))
+    rotate_batches(tmp_path, 2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["batch-3", "batch-4"]
