@@ -130,6 +130,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="Ansible playbook runs in flight at once (default %(default)s)",
     )
     act.add_argument(
+        "--batch-window",
+        type=float,
+        default=0.25,
+        metavar="SECONDS",
+        help="runs of the same fence playbook asked for within this many seconds go as one "
+        'ansible-playbook run, one inventory host per node (fan-out; docs/runner.md "Batches"; '
+        "default %(default)s; 0: every run on its own)",
+    )
+    act.add_argument(
+        "--batch-size",
+        type=int,
+        default=20,
+        metavar="N",
+        help="most nodes in one batch run, and its Ansible forks (default %(default)s); at most "
+        "--max-concurrent-runs x N nodes are fenced at once",
+    )
+    act.add_argument(
         "--run-deadline",
         type=float,
         default=300.0,
@@ -260,9 +277,11 @@ def build_parser() -> argparse.ArgumentParser:
     act.add_argument(
         "--max-power-fencing",
         type=int,
-        default=1,
+        default=48,
         metavar="N",
-        help="nodes in their PowerManagement step at once (the seed's 'at most N nodes'; default 1)",
+        help="nodes in their PowerManagement step at once (the seed's 'at most N nodes'; default "
+        "%(default)s: a whole rack of 1U servers at once; a false mass failure is the storm guard's "
+        "to stop: docs/operations.md)",
     )
     act.add_argument(
         "--max-pods-released-per-minute",
@@ -330,6 +349,10 @@ def build_parser() -> argparse.ArgumentParser:
 def _positive(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if args.max_concurrent_runs < 1:
         p.error(f"--max-concurrent-runs: {args.max_concurrent_runs} must be at least 1")
+    if args.batch_window < 0:
+        p.error(f"--batch-window: {args.batch_window} must be 0 (no batches) or more seconds")
+    if args.batch_size < 1:
+        p.error(f"--batch-size: {args.batch_size} must be at least 1")
     if args.run_deadline <= 0:
         p.error(f"--run-deadline: {args.run_deadline} must be positive")
     if not 0 <= args.run_nice <= 19:
@@ -532,6 +555,8 @@ def main(argv: list[str] | None = None) -> int:
                 api,
                 data_dir=args.data_dir,
                 max_concurrent_runs=args.max_concurrent_runs,
+                batch_window=args.batch_window,
+                batch_size=args.batch_size,
                 run_deadline=args.run_deadline,
                 run_nice=args.run_nice,
                 dry_run=args.dry_run,

@@ -25,6 +25,7 @@ from typing import Any
 
 from kubernetes import client
 
+from noderemedy_runner.batches import BATCH_SIZE, BatchingExecutor
 from noderemedy_runner.config.fence import CloudDefaults
 from noderemedy_runner.config.remedy import ConfigurationSet
 from noderemedy_runner.config.selectors import LabelSelector
@@ -67,6 +68,10 @@ class Watcher:
         api_client: a kubernetes ``ApiClient``.
         data_dir: ansible-runner private data dirs go under it (one per custom resource).
         max_concurrent_runs: playbook runs in flight at once.
+        batch_window: seconds runs of the same fence playbook are gathered into one run of many
+            hosts (:class:`~noderemedy_runner.batches.BatchingExecutor`, in-process runs only);
+            0: every run on its own.
+        batch_size: most hosts in one batch run (its Ansible forks).
         run_deadline: seconds a run may take before it is killed.
         run_nice: niceness added to each playbook run (see
             :func:`~noderemedy_runner.executor.run_niced`; 0: none).
@@ -102,6 +107,8 @@ class Watcher:
         *,
         data_dir: Path,
         max_concurrent_runs: int = 4,
+        batch_window: float = 0.0,
+        batch_size: int = BATCH_SIZE,
         run_deadline: float = 300,
         run_nice: int = RUN_NICE,
         dry_run: bool = False,
@@ -137,7 +144,17 @@ class Watcher:
             "run_nice": run_nice,
         }
         #: device checks stay in this process: read-only, and they must not wait for a pod
-        self.local_executor = Executor(self.data_dir / "runs", found_playbooks, **run_options)
+        self.local_executor = (
+            BatchingExecutor(
+                self.data_dir / "runs",
+                found_playbooks,
+                batch_window=batch_window,
+                batch_size=batch_size,
+                **run_options,
+            )
+            if batch_window > 0
+            else Executor(self.data_dir / "runs", found_playbooks, **run_options)
+        )
         self.executor: Executor = self.local_executor
         self.job_executor: JobExecutor | None = None
         if job_pod is not None:

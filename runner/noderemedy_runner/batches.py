@@ -1,0 +1,596 @@
+"""Fan-out: one ansible-runner run serves many custom resources that need the same playbook at once.
+
+When a rack fails, tens of NodeFences ask for the same playbook (``fence_step.yml``: their
+PowerManagement step) within a second, and each run costs about 1.3 s of ``ansible-playbook``
+start-up (``bench/results/fencing.json``). :class:`BatchingExecutor` gathers the runs requested
+for one playbook within ``batch_window`` seconds, or while every slot is busy (at most
+``batch_size`` of them), into one
+ansible-runner run whose inventory has one host per custom resource: the host's variables are
+that resource's own extravars (references only, checked as :class:`~noderemedy_runner.machines.actions.Action`
+checks them: invariant 5), Ansible's forks are the batch's size and its strategy is ``free``, so
+each host runs its tasks as fast as its own device answers -- a slow device delays only its host.
+
+Every safety decision stays per custom resource: batching happens below the state machines, after
+each one's own ``decide`` (guards, storm guard, quorum, maintenance, levels, the release rate
+limit) asked for its run; a batch only shares the process that performs them.
+
+Per-host results are streamed from the job events (ansible-runner's ``event_handler``): a host is
+done at its ``runner_on_failed`` (not ignored) or ``runner_on_unreachable`` -- Ansible takes it out
+of the play there -- or at the ``runner_on_ok`` of the playbook's last task, which sets the fact
+:data:`DONE_FACT`. Its events then go back to its own caller at once, as the
+:class:`~noderemedy_runner.executor.RunOutcome` a run of its own would have given (counts from its
+own events, its own failed tasks, fence evidence and release), while the other hosts go on.
+
+Restart safety stays per custom resource: each caller's status already names its run (the machine
+writes its segment's ident before asking for the run), and a host's events, ``rc`` and ``status``
+are written into the caller's own private data dir under that ident as soon as the host is done
+(``status`` last). A runner killed mid-batch (``kill -9``) or stopped (SIGTERM cancels the batch)
+thus finds the finished hosts' outcomes (:meth:`~noderemedy_runner.executor.Executor.recover`,
+not repeated) and replays only the interrupted hosts' segments, once, as for a run of its own
+(docs/runner.md "What a restart repeats").
+
+A caller whose cancel event is set (its custom resource was deleted, the runner is stopping) gets
+``canceled`` at once, and the batch is stopped (every process of the run is killed); the batch's
+other callers whose hosts were not done yet are put into a new batch, running their segment again
+from its start (an idempotent repeat: docs/state-machines.md).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import logging
+import re
+import shutil
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from noderemedy_runner.executor import (
+    Executor,
+    ExecutorError,
+    RunOutcome,
+    check_ident,
+    evidence_from_events,
+    parse_events,
+    release_from_events,
+    run_niced,
+)
+from noderemedy_runner.machines.actions import Action
+from noderemedy_runner.run_processes import (
+    CANCEL_POLL_SECONDS,
+    RUN_MARKER,
+    kill_run_processes,
+    new_token,
+    write_settings,
+)
+
+log = logging.getLogger(__name__)
+#: the per-run lines (``run <ident>: ...``) go where a run of its own logs them
+run_log = logging.getLogger("noderemedy_runner.executor")
+
+#: Playbooks whose plays run on ``{{ noderemedy_hosts | default('localhost') }}`` and end with the
+#: task setting :data:`DONE_FACT`: the only ones batched.
+BATCHED_PLAYBOOKS = ("fence_step.yml", "fence_verify.yml")
+#: The extra variable naming the batch's hosts (the inventory group ``all``).
+HOSTS_VAR = "noderemedy_hosts"
+#: The fact the batched playbooks' last task sets: the host went through the whole play.
+DONE_FACT = "noderemedy_host_done"
+#: Default seconds a batch waits for more runs of its playbook before it starts.
+BATCH_WINDOW = 0.25
+#: Default most hosts in one batch (and Ansible forks of its run).
+BATCH_SIZE = 20
+#: Seconds past the run deadline a canceled caller waits for its batch's processes to be gone.
+STOP_GRACE_SECONDS = 30.0
+#: ansible-playbook's exit codes: a host failed, a host was unreachable.
+RC_FAILED, RC_UNREACHABLE = 2, 4
+_HOST_RE = re.compile(r"[^A-Za-z0-9._-]")
+_HOST_EVENTS = ("runner_on_ok", "runner_on_failed", "runner_on_unreachable", "runner_on_skipped")
+
+
+def host_name(name: str) -> str:
+    """The inventory host of custom resource ``name`` (its name, characters outside
+    ``[A-Za-z0-9._-]`` replaced by ``-``)."""
+    return _HOST_RE.sub("-", name) or "unnamed"
+
+
+def event_host(event: Mapping[str, Any]) -> str | None:
+    """The inventory host a job event is about (``event_data.host``), or None (play, task and
+    stats events)."""
+    host = (event.get("event_data") or {}).get("host")
+    return str(host) if host else None
+
+
+def ends_host(event: Mapping[str, Any]) -> str | None:
+    """How ``event`` ends its host's part of the run: ``"done"`` (the play's last task set
+    :data:`DONE_FACT`), ``"failed"`` (a failed task that is not ignored: Ansible takes the host out
+    of the play), ``"unreachable"``, or None (the host goes on). Pure."""
+    kind = event.get("event")
+    data = event.get("event_data") or {}
+    if kind == "runner_on_unreachable":
+        return "unreachable"
+    if kind == "runner_on_failed" and not data.get("ignore_errors"):
+        return "failed"
+    if kind == "runner_on_ok":
+        res = data.get("res") or {}
+        facts = res.get("ansible_facts") if isinstance(res, Mapping) else None
+        if isinstance(facts, Mapping) and facts.get(DONE_FACT) is True:
+            return "done"
+    return None
+
+
+def host_stats(host: str, events: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """A ``playbook_on_stats`` event for ``host`` alone, counted from its own task events (what
+    Ansible's recap says of that host: ``ok`` includes ``changed``; ``failures`` leaves out
+    ignored errors; ``dark`` the unreachable tasks). Pure."""
+    ok = changed = failures = dark = skipped = 0
+    for ev in events:
+        kind, data = ev.get("event"), ev.get("event_data") or {}
+        res = data.get("res") or {}
+        if kind == "runner_on_ok":
+            ok += 1
+            changed += 1 if isinstance(res, Mapping) and res.get("changed") else 0
+        elif kind == "runner_on_failed":
+            if data.get("ignore_errors"):
+                ok += 1
+            else:
+                failures += 1
+        elif kind == "runner_on_unreachable":
+            dark += 1
+        elif kind == "runner_on_skipped":
+            skipped += 1
+    counts = {"ok": ok, "changed": changed, "failures": failures, "dark": dark, "skipped": skipped}
+    return {"event": "playbook_on_stats", "event_data": {k: {host: v} for k, v in counts.items()}}
+
+
+def host_outcome(
+    ident: str,
+    host: str,
+    events: Sequence[Mapping[str, Any]],
+    end: str | None,
+    batch_status: str | None,
+    seconds: float,
+    artifact_dir: str = "",
+) -> RunOutcome:
+    """The :class:`~noderemedy_runner.executor.RunOutcome` of one host of a batch, as a run of its
+    own would have given it: ``events`` are the host's task events (a stats event of its own is
+    added, :func:`host_stats`), ``end`` how they ended (:func:`ends_host`; None: they did not, the
+    run ended first with ``batch_status``: ``timeout``, ``canceled``, ``error``, ...). Pure."""
+    all_events = [*events, host_stats(host, events)]
+    counts, failed, modules = parse_events(all_events)
+    if end == "done":
+        status, rc = ("successful", 0) if counts["failed"] == 0 else ("failed", RC_FAILED)
+    elif end == "failed":
+        status, rc = "failed", RC_FAILED
+    elif end == "unreachable":
+        status, rc = "failed", RC_UNREACHABLE
+    else:
+        status, rc = batch_status or "error", None
+        if status == "successful":  # the run ended without this host going through the play
+            status = "failed"
+            failed.append("the batch ended before this host's last task")
+    return RunOutcome(
+        ident,
+        status,
+        rc,
+        counts["ok"],
+        counts["changed"],
+        counts["failed"],
+        tuple(failed),
+        tuple(modules),
+        seconds,
+        recovered=False,
+        artifact_dir=artifact_dir,
+        release=release_from_events(all_events),
+        evidence=evidence_from_events(all_events),
+    )
+
+
+def _start_artifacts(art: Path) -> None:
+    """Begin one host's artifacts (``<private data dir>/artifacts/<ident>/job_events/``, emptied):
+    the run is under way, as ansible-runner's own artifacts say at a run's start."""
+    try:
+        if art.exists():
+            shutil.rmtree(art, ignore_errors=True)
+        (art / "job_events").mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        log.warning("artifacts %s: %s", art, exc)
+
+
+def _write_event(art: Path, event: Mapping[str, Any], n: int) -> None:
+    """One of the host's job events, as ``job_events/<n>-<uuid>.json`` (n: its place among the
+    host's events)."""
+    try:
+        (art / "job_events" / f"{n}-{event.get('uuid') or n}.json").write_text(json.dumps(event))
+    except OSError as exc:
+        log.warning("artifacts %s: %s", art, exc)
+
+
+def finish_host_artifacts(
+    art: Path, host: str, events: Sequence[Mapping[str, Any]], outcome: RunOutcome
+) -> None:
+    """End one host's artifacts in ``art`` (``<private data dir>/artifacts/<ident>``) as those of a
+    run of its own: its task events (written as they came, rewritten here when missing), a
+    ``playbook_on_stats`` of its own (:func:`host_stats`), ``rc``, then ``status`` last, so a
+    process killed while writing leaves artifacts :meth:`~noderemedy_runner.executor.Executor.recover`
+    discards (as it does those of a ``canceled`` run). Raises OSError."""
+    jobs = art / "job_events"
+    jobs.mkdir(parents=True, exist_ok=True)
+    for n, ev in enumerate(events, 1):
+        path = jobs / f"{n}-{ev.get('uuid') or n}.json"
+        if not path.exists():
+            path.write_text(json.dumps(ev))
+    (jobs / f"{len(events) + 1}-stats.json").write_text(json.dumps(host_stats(host, events)))
+    (art / "rc").write_text(str(outcome.rc if outcome.rc is not None else -1))
+    (art / "status").write_text(outcome.status)
+
+
+def rotate_batches(batches_dir: Path, keep: int) -> None:
+    """Remove all but the ``keep`` newest batch data dirs under ``batches_dir`` (by mtime; a
+    batch in flight is among the newest). Each host's own artifacts live in its custom resource's
+    data dir and are rotated there."""
+    try:
+        dirs = sorted((d for d in batches_dir.iterdir() if d.is_dir()), key=lambda d: d.stat().st_mtime)
+    except OSError:
+        return
+    for old in dirs[: max(0, len(dirs) - max(1, keep))]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+@dataclass(eq=False)
+class _Request:
+    """One caller's run inside a batch."""
+
+    host: str
+    ident: str
+    kind: str
+    name: str
+    extravars: dict[str, Any]
+    private: Path
+    cancel: threading.Event
+    priority: int
+    done: threading.Event = field(default_factory=threading.Event)
+    outcome: RunOutcome | None = None
+    #: the batch stopped for another caller's cancel before this host was done: run it again
+    again: bool = False
+    #: the caller's context: its log scope (the NodeFence and its node) for the lines about its run
+    context: contextvars.Context = field(default_factory=contextvars.copy_context)
+    #: the batch it is in
+    batch: _Batch | None = None
+
+
+@dataclass(eq=False)
+class _Batch:
+    playbook: str
+    requests: list[_Request] = field(default_factory=list)
+    closed: bool = False
+    full: threading.Event = field(default_factory=threading.Event)
+    #: set once the batch holds its slot (its run may start), and once it is over
+    running: threading.Event = field(default_factory=threading.Event)
+    ended: threading.Event = field(default_factory=threading.Event)
+
+    def hosts(self) -> set[str]:
+        return {r.host for r in self.requests}
+
+
+class BatchingExecutor(Executor):
+    """An :class:`~noderemedy_runner.executor.Executor` whose runs of the same playbook, asked for
+    within ``batch_window`` seconds, go as one ansible-runner run (module docstring).
+
+    Args (besides :class:`~noderemedy_runner.executor.Executor`'s):
+        batch_window: seconds the first run of a batch waits for others (> 0); a batch that is
+            full (``batch_size`` hosts) starts at once.
+        batch_size: most hosts in one run, and its Ansible forks (>= 1). A batch takes one of
+            the ``max_concurrent_runs`` slots: at most ``max_concurrent_runs * batch_size``
+            hosts run at once.
+
+    Only :data:`BATCHED_PLAYBOOKS` are batched; other runs go as before, one run each.
+    Raises ValueError on ``batch_window`` <= 0 or ``batch_size`` < 1 (and what the base raises).
+    """
+
+    def __init__(
+        self,
+        data_dir: Path,
+        playbook_dir: Path,
+        *,
+        batch_window: float = BATCH_WINDOW,
+        batch_size: int = BATCH_SIZE,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(data_dir, playbook_dir, **kwargs)
+        if batch_window <= 0:
+            raise ValueError(f"batch_window = {batch_window}: must be > 0 seconds")
+        if batch_size < 1:
+            raise ValueError(f"batch_size = {batch_size}: must be >= 1")
+        self.batch_window = batch_window
+        self.batch_size = batch_size
+        self._lock = threading.Lock()
+        self._pending: dict[str, _Batch] = {}
+        self._serial = 0
+        #: batches started, and hosts they served (the runs a batch saved: hosts - batches)
+        self.batches_started = 0
+        self.hosts_served = 0
+
+    def run(
+        self,
+        action: Action,
+        *,
+        kind: str,
+        name: str,
+        namespace: str | None = None,
+        uid: str = "",
+        ident: str | None = None,
+        extra_extravars: Mapping[str, Any] | None = None,
+        cancel: threading.Event | None = None,
+        priority: int = 0,
+    ) -> RunOutcome:
+        """As :meth:`Executor.run <noderemedy_runner.executor.Executor.run>`; a run of a
+        :data:`BATCHED_PLAYBOOKS` playbook joins a batch and returns as soon as its own host is
+        done (or at once, ``canceled``, when ``cancel`` is set)."""
+        if action.playbook not in BATCHED_PLAYBOOKS:
+            return super().run(
+                action, kind=kind, name=name, namespace=namespace, uid=uid, ident=ident,
+                extra_extravars=extra_extravars, cancel=cancel, priority=priority,
+            )  # fmt: skip
+        playbook = self.playbook_dir / action.playbook
+        if not playbook.is_file():
+            raise ExecutorError(f"playbook {playbook} not found (action {action.kind})")
+        run_ident = check_ident(ident or action.ident or f"{action.kind}-{int(time.time() * 1000)}")
+        extravars = dict(action.extravars)
+        if extra_extravars:
+            Action(kind="none", extravars=dict(extra_extravars))  # references only (ActionError)
+            extravars.update(extra_extravars)
+        private = self.private_data_dir(kind, name, namespace, uid)
+        done = self.recover(private, run_ident)
+        if done is not None:
+            log.info(
+                "run %s of %s %s already finished (%s): not repeated", run_ident, kind, name, done.status
+            )
+            return done
+        req = _Request(
+            host_name(name), run_ident, kind, name, extravars, private, cancel or threading.Event(), priority
+        )
+        canceled = RunOutcome(
+            run_ident, "canceled", None,
+            failed_tasks=("canceled: the runner is stopping or the custom resource was deleted",),
+        )  # fmt: skip
+        while True:
+            self._join(action.playbook, req)
+            while not req.done.wait(CANCEL_POLL_SECONDS):
+                if req.cancel.is_set():
+                    if req.batch is not None and req.batch.running.is_set():
+                        # as a run of its own: back once every process of the run is gone
+                        req.batch.ended.wait(self.run_deadline + STOP_GRACE_SECONDS)
+                    return canceled
+            if req.again and not req.cancel.is_set():
+                req.again, req.outcome = False, None
+                req.done.clear()
+                continue
+            return req.outcome or canceled
+
+    # --- gathering -----------------------------------------------------------------------------
+    def _join(self, playbook: str, req: _Request) -> None:
+        """Put ``req`` into the open batch of ``playbook`` (a new one, whose runner thread this
+        starts, when there is none, it is full or it has a host of the same name)."""
+        with self._lock:
+            batch = self._pending.get(playbook)
+            lead = batch is None or batch.closed or req.host in batch.hosts()
+            if lead:
+                batch = _Batch(playbook)
+                self._pending[playbook] = batch
+            assert batch is not None
+            batch.requests.append(req)
+            req.batch = batch
+            if len(batch.requests) >= self.batch_size:
+                batch.closed = True
+                batch.full.set()
+                if self._pending.get(playbook) is batch:
+                    del self._pending[playbook]
+        if lead:
+            threading.Thread(target=self._lead, args=(batch,), name=f"batch-{playbook}", daemon=True).start()
+
+    def _lead(self, batch: _Batch) -> None:
+        batch.full.wait(self.batch_window)
+        self._run_batch(batch)
+
+    def _close(self, batch: _Batch) -> None:
+        with self._lock:
+            batch.closed = True
+            if self._pending.get(batch.playbook) is batch:
+                del self._pending[batch.playbook]
+
+    # --- running -------------------------------------------------------------------------------
+    def _run_batch(self, batch: _Batch) -> None:
+        """Wait for a slot -- the batch still takes more runs meanwhile, up to ``batch_size``: when
+        every slot is busy, the runs asked for while it waits go in it --, then run the batch;
+        every caller's ``done`` is set at the end."""
+        try:
+            if self.slots.acquire(min(r.priority for r in batch.requests), _AllSet(batch.requests)):
+                self._close(batch)
+                try:
+                    batch.running.set()
+                    live = [r for r in batch.requests if not r.cancel.is_set()]
+                    if live:
+                        self._run_live(batch, live)
+                finally:
+                    self.slots.release()
+        except Exception as exc:  # every caller gets an outcome, never a hang
+            log.exception("batch of %s failed to run", batch.playbook)
+            for r in batch.requests:
+                if r.outcome is None and not r.again:
+                    r.outcome = RunOutcome(r.ident, "error", None, failed_tasks=(f"batch: {exc}"[:400],))
+        finally:
+            self._close(batch)
+            batch.ended.set()
+            for r in batch.requests:
+                r.done.set()  # a caller without an outcome returns canceled
+
+    def _run_live(self, batch: _Batch, live: list[_Request]) -> None:
+        """Run ``batch``'s playbook for ``live`` (its callers still waiting), holding a slot."""
+        import ansible_runner  # type: ignore[import-untyped]  # heavy import
+
+        with self._lock:
+            self._serial += 1
+            self.batches_started += 1
+            self.hosts_served += len(live)
+            serial = self._serial
+        by_host = {r.host: r for r in live}
+        host_events: dict[str, list[dict[str, Any]]] = {h: [] for h in by_host}
+        started = time.monotonic()
+        ident = f"batch-{int(time.time() * 1000)}-{serial}"
+        # a private data dir per batch: ansible-runner writes the run's inventory into it, and
+        # batches of one playbook run at once
+        batches_dir = self.data_dir / "batches" / Path(batch.playbook).stem
+        private = batches_dir / ident
+        private.mkdir(parents=True, exist_ok=True)
+        log.info(
+            "batch %s: %s for %d hosts (%s)", ident, batch.playbook, len(live), ", ".join(sorted(by_host)),
+            extra={"in_flight": self.slots.in_flight},
+        )  # fmt: skip
+        for r in live:  # each caller's run, logged as a run of its own is
+            r.context.run(
+                run_log.info,
+                "run %s: %s for %s %s",
+                r.ident,
+                batch.playbook,
+                r.kind,
+                r.name,
+                extra={"batch": ident},
+            )
+            _start_artifacts(r.private / "artifacts" / r.ident)
+
+        def deliver(req: _Request, outcome: RunOutcome, events: Sequence[Mapping[str, Any]]) -> None:
+            art = req.private / "artifacts" / req.ident
+            try:
+                finish_host_artifacts(art, req.host, events, outcome)
+                outcome = _with_artifacts(outcome, str(art))
+            except OSError as exc:  # the outcome still goes back; a restart replays the run
+                log.warning("batch %s: artifacts of %s: %s", ident, req.ident, exc)
+            req.context.run(
+                run_log.info, "run %s: %s in %.2f s", req.ident, outcome.status, time.monotonic() - started
+            )
+            req.outcome = outcome
+            req.done.set()
+
+        def on_event(ev: dict[str, Any]) -> bool:
+            host = event_host(ev)
+            req = by_host.get(host or "")
+            if req is None or req.done.is_set() or ev.get("event") not in _HOST_EVENTS:
+                return True
+            host_events[req.host].append(ev)
+            _write_event(req.private / "artifacts" / req.ident, ev, len(host_events[req.host]))
+            end = ends_host(ev)
+            if end is not None:
+                outcome = host_outcome(
+                    req.ident, req.host, host_events[req.host], end, None, time.monotonic() - started
+                )
+                deliver(req, outcome, host_events[req.host])
+            return True
+
+        token = new_token()
+        write_settings(private)
+
+        def canceled() -> bool:  # a caller gave up: stop the run (the others go again)
+            if any(r.cancel.is_set() and not r.done.is_set() for r in live):
+                kill_run_processes(token)
+                return True
+            return False
+
+        inventory = {
+            "all": {
+                "hosts": {
+                    r.host: {
+                        **r.extravars,
+                        "ansible_connection": "local",
+                        "ansible_python_interpreter": sys.executable,
+                    }
+                    for r in live
+                }
+            }
+        }
+        envvars = {
+            **self.envvars(),
+            RUN_MARKER: token,
+            "ANSIBLE_FORKS": str(len(live)),
+            "ANSIBLE_STRATEGY": "free",
+        }
+        try:
+            runner = run_niced(
+                self.run_nice,
+                ansible_runner.run,
+                private_data_dir=str(private),
+                project_dir=str(self.playbook_dir),
+                playbook=batch.playbook,
+                ident=ident,
+                inventory=inventory,
+                extravars={HOSTS_VAR: "all"},
+                envvars=envvars,
+                suppress_env_files=True,
+                rotate_artifacts=self.rotate_artifacts,
+                timeout=max(1, int(round(self.run_deadline))),
+                cancel_callback=canceled,
+                event_handler=on_event,
+                quiet=True,
+            )
+            status = str(runner.status)
+            if status in ("timeout", "canceled"):
+                kill_run_processes(token)
+        except BaseException:
+            kill_run_processes(token)
+            raise
+        seconds = time.monotonic() - started
+        log.info("batch %s: %s in %.2f s", ident, status, seconds)
+        rotate_batches(batches_dir, self.rotate_artifacts)
+        for req in live:
+            if req.done.is_set():
+                continue
+            if status == "canceled" and not req.cancel.is_set():  # stopped for another caller
+                shutil.rmtree(req.private / "artifacts" / req.ident, ignore_errors=True)
+                req.again = True
+                req.done.set()
+                continue
+            outcome = host_outcome(req.ident, req.host, host_events[req.host], None, status, seconds)
+            if status == "timeout":
+                outcome = _with_failed(outcome, f"deadline: killed after {self.run_deadline:g} s")
+            deliver(req, outcome, host_events[req.host])
+
+
+class _AllSet(threading.Event):
+    """An event that reads as set once every caller of a batch is canceled (they all gave up
+    waiting for a slot); only :meth:`is_set` is meaningful."""
+
+    def __init__(self, requests: list[_Request]) -> None:
+        super().__init__()
+        self._requests = requests  # the batch's own list: runs that join it later count too
+
+    def is_set(self) -> bool:
+        return all(r.cancel.is_set() for r in list(self._requests))
+
+
+def _with_artifacts(outcome: RunOutcome, art: str) -> RunOutcome:
+    return replace(outcome, artifact_dir=art)
+
+
+def _with_failed(outcome: RunOutcome, message: str) -> RunOutcome:
+    return replace(outcome, failed_tasks=(*outcome.failed_tasks, message))
+
+
+__all__ = [
+    "BATCHED_PLAYBOOKS",
+    "BATCH_SIZE",
+    "BATCH_WINDOW",
+    "DONE_FACT",
+    "HOSTS_VAR",
+    "BatchingExecutor",
+    "ends_host",
+    "event_host",
+    "host_name",
+    "host_outcome",
+    "host_stats",
+    "rotate_batches",
+    "finish_host_artifacts",
+]

@@ -1,0 +1,259 @@
+"""Fan-out against the lab: several kwok nodes fail at once, and one ``ansible-playbook`` run serves
+their NodeFences' runs of the same playbook (``noderemedy-runner --batch-window``), with the real
+playbooks, ipmi_sim BMCs and the snmpd FC switch.
+
+Each NodeFence still gets its own result: Final with its own verified fence (every BMC's own power
+log: one cut, one restore), its own Events. A BMC of the batch that never answers fails only its
+own NodeFence, and the others are released and recovered meanwhile. A runner killed with -9 while
+the batch of power cuts is in flight, restarted on the same data dir, brings every NodeFence to
+Final with no second power cycle at any BMC.
+
+The nodes fail hung: kwok stops their heartbeat (the lab's power label says off) while their BMCs
+still read on, so the power-management step really cuts and restores each BMC's power.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from kube_helpers import wait_for
+from kubernetes import client
+from runner_harness import Runner
+from test_runner_e2e import (  # noqa: F401 - fixtures are used by name
+    DEAD,
+    OTHER,
+    SPARE,
+    FenceNamespace,
+    conds,
+    events_of,
+    events_with,
+    fence_config,
+    fence_ns,
+    get_nf,
+    nodefence,
+    oos_on,
+    runner,
+)
+from test_runner_restart import collapse, in_flight, power_sets
+
+from noderemedy_lab.config import POWER_LABEL
+
+pytestmark = [pytest.mark.lab, pytest.mark.kube]
+
+NF = ("remediation.noderemedy.io", "v1alpha1", "nodefences")
+NODES = (DEAD, OTHER, SPARE)
+#: a window wide enough that the three NodeFences' runs, asked for within it, share one run
+WINDOW = ["--batch-window", "1"]
+_BATCH = re.compile(r"^batch (\S+): (\S+) for (\d+) hosts")
+
+
+def batches(runners: list[Runner], playbook: str = "fence_step.yml") -> list[int]:
+    """The hosts of every batch run of ``playbook`` the runners started, in order."""
+    out = []
+    for r in runners:
+        for line in r.lines():
+            m = _BATCH.match(str(line.get("msg", "")))
+            if m and m.group(2) == playbook:
+                out.append(int(m.group(3)))
+    return out
+
+
+@pytest.fixture
+def hung_nodes(lab_kube: Any, api: client.ApiClient) -> Iterator[tuple[str, ...]]:
+    """Every kwok node of the lab hung with its power on; afterwards each is powered on, its taint
+    removed, Ready, and the test's NodeFences deleted."""
+    for node in NODES:
+        out = lab_kube.kubectl("label", "node", node, f"{POWER_LABEL}=off", "--overwrite")
+        assert out.returncode == 0, out.stderr
+    lab_kube.wait_nodes(list(NODES), {"False", "Unknown"}, 120)
+    yield NODES
+    co = client.CustomObjectsApi(api)
+    for obj in co.list_cluster_custom_object(*NF)["items"]:
+        if obj["metadata"].get("finalizers"):
+            co.patch_cluster_custom_object(*NF, obj["metadata"]["name"], {"metadata": {"finalizers": None}})
+        co.delete_cluster_custom_object(*NF, obj["metadata"]["name"])
+    for node in NODES:
+        lab_kube.kubectl("taint", "node", node, "node.kubernetes.io/out-of-service-")
+        lab_kube.power_on(node)
+        lab_kube.kubectl("label", "node", node, f"{POWER_LABEL}=on", "--overwrite")
+    lab_kube.wait_nodes(list(NODES), "True", 120)
+
+
+def create_all(co: client.CustomObjectsApi, tag: str, nodes: tuple[str, ...]) -> dict[str, str]:
+    """A NodeFence per node, created back to back; returns node -> NodeFence name."""
+    names = {node: f"nf-{tag}-{node}-{uuid.uuid4().hex[:4]}" for node in nodes}
+    for node, name in names.items():
+        nodefence(co, name, node)
+    return names
+
+
+def watch_until(
+    co: client.CustomObjectsApi,
+    core: client.CoreV1Api,
+    names: dict[str, str],
+    done: Callable[[dict[str, dict]], bool],
+    timeout: float,
+    what: str,
+) -> tuple[dict[str, dict], set[str]]:
+    """Poll the NodeFences until ``done(node -> object)``; returns them and the nodes seen tainted."""
+    tainted: set[str] = set()
+
+    def check() -> dict[str, dict] | None:
+        objs = {node: get_nf(co, name) for node, name in names.items()}
+        tainted.update(node for node in names if oos_on(core, node))
+        return objs if done(objs) else None
+
+    return wait_for(check, timeout, what), tainted
+
+
+def status_of(obj: dict) -> str:
+    return str((obj.get("status") or {}).get("status"))
+
+
+@pytest.mark.timeout(420)
+def test_three_nodes_failing_at_once_share_each_run_and_each_ends_final_with_its_own_fence(
+    lab_kube: Any,
+    api: client.ApiClient,
+    fence_ns: FenceNamespace,  # noqa: F811
+    runner: Callable[..., Runner],  # noqa: F811
+    hung_nodes: tuple[str, ...],
+) -> None:
+    co, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+    since, started = time.time(), time.monotonic()
+    r = runner(*WINDOW)
+    names = create_all(co, "fan", hung_nodes)
+    objs, tainted = watch_until(
+        co, core, names, lambda o: all(status_of(x) in ("Final", "Error") for x in o.values()), 300,
+        "every NodeFence of the batch Final",
+    )  # fmt: skip
+    elapsed = time.monotonic() - started
+    for node, obj in objs.items():
+        assert status_of(obj) == "Final" and conds(obj)["Succeeded"]["status"] == "True", (
+            node,
+            obj["status"],
+        )
+        assert collapse(power_sets(lab_kube, node, since)) == ["0", "1"], (
+            node,
+            power_sets(lab_kube, node, since),
+        )
+        assert power_sets(lab_kube, node, since).count("0") == 1, "one power cut per node"
+        assert conds(obj)["Succeeded"]["reason"] == "RemediationFinished", (node, conds(obj))
+        # its own run results and its own release, in its own Events
+        reasons = {e.reason for e in events_with(api, obj, "FenceAgentSucceeded", "OutOfServiceTaintAdded")}
+        assert "FenceAgentFailed" not in reasons and "OutOfServiceTaintRefused" not in reasons, (
+            node,
+            reasons,
+        )
+        added = [e.message for e in events_of(api, obj) if e.reason == "OutOfServiceTaintAdded"]
+        # on its own node, with its own run's verified fence
+        assert added and all(f"node {node} " in m and f"run {names[node]}-" in m for m in added), (
+            node,
+            added,
+        )
+    assert tainted == set(hung_nodes) and not any(oos_on(core, n) for n in hung_nodes)
+    sizes = batches([r])
+    runs = len(r.logged(r"^run \S+: fence_step\.yml for "))
+    assert max(sizes) == len(hung_nodes), sizes  # one ansible-playbook run served all three at once
+    assert sum(sizes) == runs and len(sizes) < runs, (sizes, runs)
+    print(
+        f"\nFIGURE fan-out {len(hung_nodes)} hung nodes: all Final in {elapsed:.1f} s; fence_step.yml: "
+        f"{runs} runs in {len(sizes)} ansible-playbook processes (hosts per batch {sizes})"
+    )
+
+
+@pytest.mark.timeout(420)
+def test_a_bmc_of_the_batch_that_never_answers_fails_only_its_own_nodefence(
+    lab_kube: Any,
+    api: client.ApiClient,
+    fence_ns: FenceNamespace,  # noqa: F811
+    runner: Callable[..., Runner],  # noqa: F811
+    hung_nodes: tuple[str, ...],
+) -> None:
+    """SPARE's fence configuration points its IPMI method at a UDP port that never answers: its
+    host in the batch waits until its run is killed at the deadline, while the others' results
+    are delivered from their own events as they come; they are released and recovered."""
+    co, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+    silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # bound, never answers
+    silent.bind(("127.0.0.1", 0))
+    fence_ns.template(
+        "fence-method-template-ipmi-silent",
+        f"type=ipmi\naddress=127.0.0.1:{silent.getsockname()[1]}\nsecret=bmc-{SPARE}\ncipher=3\n",
+    )
+    port = lab_kube.info["devices"]["fc_ports"][SPARE]
+    fence_ns.put(
+        "config_map",
+        fence_config(SPARE, port, "", "ipmi-off ipmi-on", "", ipmi="fence-method-template-ipmi-silent"),
+    )
+    try:
+        since = time.time()
+        r = runner(*WINDOW, "--run-deadline", "30")
+        names = create_all(co, "mute", hung_nodes)
+        good = [n for n in hung_nodes if n != SPARE]
+        objs, tainted = watch_until(
+            co, core, names, lambda o: all(status_of(o[n]) == "Final" for n in good), 300,
+            "the NodeFences of the answering BMCs Final",
+        )  # fmt: skip
+        bad = get_nf(co, names[SPARE])
+        assert status_of(bad) != "Final" and SPARE not in tainted and not oos_on(core, SPARE), bad["status"]
+        failed = wait_for(
+            lambda: {e.reason for e in events_of(api, bad)} & {"FenceAgentTimedOut", "FenceAgentFailed"},
+            60,
+            f"a failed run of {names[SPARE]} in its own Events",
+        )
+        assert failed, bad["status"]
+        assert power_sets(lab_kube, SPARE, since) == [], "SPARE's real BMC was never asked"
+        for node in good:
+            assert collapse(power_sets(lab_kube, node, since)) == ["0", "1"], node
+            assert node in tainted and conds(objs[node])["Succeeded"]["status"] == "True"
+        # the silent host was in a batch with the others' power-management runs
+        assert max(batches([r])) >= 2, batches([r])
+    finally:
+        silent.close()
+        fence_ns.standard(SPARE)
+
+
+@pytest.mark.timeout(480)
+def test_kill9_mid_batch_every_nodefence_ends_final_without_a_second_power_cycle(
+    lab_kube: Any,
+    api: client.ApiClient,
+    fence_ns: FenceNamespace,  # noqa: F811
+    runner: Callable[..., Runner],  # noqa: F811
+    hung_nodes: tuple[str, ...],
+) -> None:
+    co, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+    since = time.time()
+    r = runner(*WINDOW)
+    names = create_all(co, "k9", hung_nodes)
+    pm_off = {node: f"{name}-r0-power-management-a0" for node, name in names.items()}
+
+    def batch_in_flight() -> bool:
+        return sum(in_flight(r, ident) for ident in pm_off.values()) >= 2
+
+    wait_for(batch_in_flight, 240, "a batch of power cuts in flight")
+    r.kill9()
+    r.start()
+    objs, tainted = watch_until(
+        co, core, names, lambda o: all(status_of(x) in ("Final", "Error") for x in o.values()), 300,
+        "every NodeFence Final after the kill",
+    )  # fmt: skip
+    starts: dict[str, int] = {}
+    for line in r.lines():
+        m = re.match(r"^run (\S+): fence_step\.yml for ", str(line.get("msg", "")))
+        if m:
+            starts[m.group(1)] = starts.get(m.group(1), 0) + 1
+    for node, obj in objs.items():
+        sets = power_sets(lab_kube, node, since)
+        assert status_of(obj) == "Final", (node, obj["status"])
+        assert collapse(sets) == ["0", "1"] and sets.count("0") <= 2 and sets.count("1") <= 2, (node, sets)
+        assert node in tainted
+    assert all(n <= 2 for n in starts.values()), starts  # at most one replay of a segment
+    print(
+        f"\nFIGURE kill -9 mid-batch: BMC sets {[power_sets(lab_kube, n, since) for n in hung_nodes]}, "
+        f"fence_step runs started {sorted(starts.values())}"
+    )
