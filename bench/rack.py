@@ -385,7 +385,7 @@ def apply(lab: Lab, docs: list[dict]) -> None:
 def runner_default_max_power_fencing() -> int | None:
     """The runner's own default of ``--max-power-fencing``, read from its ``--help``."""
     text = " ".join(subprocess.run([str(RUNNER), "--help"], capture_output=True, text=True).stdout.split())
-    m = re.search(r"--max-power-fencing N .*?default (\d+)\)", text)
+    m = re.search(r"--max-power-fencing N .*?default (\d+)\b", text)
     return int(m.group(1)) if m else None
 
 
