@@ -13,7 +13,9 @@ from typing import Any
 
 import pytest
 
-from noderemedy_lab import realnode
+from noderemedy_lab import (
+    cgroups as realnode,  # the cgroup walks live in cgroups.py (realnode re-exports them)
+)
 
 
 class _Listing:
