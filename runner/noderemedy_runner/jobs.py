@@ -325,8 +325,8 @@ class JobRuns:
     def start(
         self, body: Mapping[str, Any], *, ident: str, uid: str, node: str, kind: str, name: str
     ) -> tuple[dict[str, Any] | None, bool, str]:
-        """Adopt Job ``body.metadata.name`` when it exists and belongs to the object ``uid`` (or to
-        no object); delete it first when it belongs to an earlier object of the same name (the
+        """Adopt Job ``body.metadata.name`` when it exists, is not being deleted (a stopped runner
+        canceled it) and belongs to the object ``uid`` (or to no object); delete it first when it belongs to an earlier object of the same name (the
         detector re-creates a node's NodeFence: never take its predecessor's outcome); else create
         it and annotate ``node`` (:meth:`annotate`). Returns (the Job, adopted, error): the Job
         None and the API's refusal in ``error`` when the create is refused (an invalid spec: 422).
@@ -335,6 +335,11 @@ class JobRuns:
         existing = self.read(jname)
         if existing is not None and uid and not owned_by(existing, uid):
             log.info("run %s: Job %s belongs to an earlier %s %s: deleted", ident, jname, kind, name)
+            self.delete_and_wait(jname)
+            existing = None
+        if existing is not None and (existing.get("metadata") or {}).get("deletionTimestamp"):
+            # a stopped runner canceled it: its pod is going, and it never ends with an outcome
+            log.info("run %s: Job %s is being deleted: waiting for it to go, then created anew", ident, jname)
             self.delete_and_wait(jname)
             existing = None
         if existing is not None:
