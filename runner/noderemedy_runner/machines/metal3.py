@@ -379,6 +379,91 @@ def _write(s: Metal3RemediationStatus, reason: str) -> Action:
     return act.write_status(s.to_dict(), reason)
 
 
+def owner_remediated_action(machine: str, namespace: str, reason: str, message: str | None = None) -> Action:
+    """``set_owner_remediated``: ``OwnerRemediated=False`` (reason ``WaitingForRemediation``,
+    severity Warning, ``message`` when given) on Machine ``namespace/machine``: cluster-api's
+    external remediation contract's signal that the Machine's owner should delete it. ``reason``:
+    the Event's."""
+    condition: dict[str, Any] = {
+        "type": OWNER_REMEDIATED,
+        "status": "False",
+        "reason": WAITING_FOR_REMEDIATION,
+        "severity": "Warning",
+    }
+    if message is not None:
+        condition["message"] = message
+    return Action(
+        kind="set_owner_remediated",
+        extravars={"machine": machine, "namespace": namespace, "condition": condition},
+        reason=reason,
+    )
+
+
+def power_off_step(
+    name: str,
+    namespace: str,
+    host: HostRef,
+    obs: Metal3Observations,
+    attempt: int,
+    timeout: float | None = None,
+) -> Action | None:
+    """The power-off phase's next action, shared by the strategies: our finalizer first, then
+    power off (``timeout``: the seconds the BMC may take to read back, None = the role's default)
+    until the power is read back off for this node, then the out-of-service taint (held by the
+    release rate limit) and the wait until no pod or VolumeAttachment is left on the node. None
+    when the power-off is done (verified, the node released): the caller moves to its next phase."""
+    node = obs.node
+    if not obs.has_finalizer:
+        ref = {"name": name, "namespace": namespace, "finalizer": FINALIZER}
+        return Action(kind="add_finalizer", extravars=ref, reason="AddFinalizer")
+    power = obs.power
+    verified = power is not None and power.fenced and (node is None or power.node == node)
+    if not verified or power is None:
+        return power_action(name, host, "off", node, attempt, timeout)
+    if node is not None and obs.node_exists:
+        if not obs.taint_present:
+            if obs.release_hold is not None:
+                return act.wait(min(POLL_SECONDS, obs.release_hold.retry_seconds), RELEASE_RATE_LIMITED)
+            return act.taint_out_of_service(node, power)
+        left = obs.left_on_node
+        if left is None or left.pods:
+            return act.wait(POLL_SECONDS, "WaitNodeDrained")
+        if left.volume_attachments:
+            return act.wait(POLL_SECONDS, WAIT_FOR_DETACH)
+    return None
+
+
+def power_on_step(
+    name: str,
+    namespace: str,
+    host: HostRef,
+    obs: Metal3Observations,
+    attempt: int,
+    began: float | None,
+    timeout_seconds: float,
+    power_timeout: float | None = None,
+) -> Action | None:
+    """The power-on phase's next action, shared by the strategies: power on (``power_timeout`` as
+    in :func:`power_off_step`) until read back on, then, once the node is Ready, the taint removed
+    and our finalizer let go; meanwhile wait for the node until ``timeout_seconds`` after ``began``
+    (epoch seconds; None = now). None when that time has passed with the node not Ready: the
+    caller retries or gives up, as its strategy says."""
+    node, now = obs.node, obs.now
+    if obs.power is None or obs.power.fenced:
+        return power_action(name, host, "on", node, attempt, power_timeout)
+    if node is not None and obs.node_exists and obs.node_ready:
+        if obs.taint_present:
+            return act.untaint_out_of_service(node)
+        if obs.has_finalizer:
+            ref = {"name": name, "namespace": namespace, "finalizer": FINALIZER}
+            return Action(kind="remove_finalizer", extravars=ref, reason="RemediationDone")
+        return act.nothing("RemediationDone")
+    remaining = (began if began is not None else now) + timeout_seconds - now
+    if remaining > 0:
+        return act.wait(min(remaining, POLL_SECONDS), "WaitNodeReady")
+    return None
+
+
 def decide(
     name: str,
     namespace: str,
@@ -393,8 +478,6 @@ def decide(
     action that depends on the new phase."""
     s = status
     now = obs.now
-    node = obs.node
-    ref = {"name": name, "namespace": namespace}
 
     if s.phase in (PHASE_DELETING, PHASE_FAILED):
         return act.nothing(s.phase.replace(" ", ""))
@@ -406,61 +489,22 @@ def decide(
         return _write(replace(s, phase=PHASE_RUNNING, last_remediated=now), "RemediationStarted")
 
     if s.phase == PHASE_RUNNING:
-        if not obs.has_finalizer:
-            return Action(
-                kind="add_finalizer", extravars={**ref, "finalizer": FINALIZER}, reason="AddFinalizer"
-            )
-        power = obs.power
-        verified = power is not None and power.fenced and (node is None or power.node == node)
-        if not verified or power is None:
-            return power_action(name, host, "off", node, s.retry_count)
-        if node is not None and obs.node_exists:
-            if not obs.taint_present:
-                if obs.release_hold is not None:
-                    return act.wait(min(POLL_SECONDS, obs.release_hold.retry_seconds), RELEASE_RATE_LIMITED)
-                return act.taint_out_of_service(node, power)
-            left = obs.left_on_node
-            if left is None or left.pods:
-                return act.wait(POLL_SECONDS, "WaitNodeDrained")
-            if left.volume_attachments:
-                return act.wait(POLL_SECONDS, WAIT_FOR_DETACH)
-        return _write(replace(s, phase=PHASE_WAITING), "PoweredOff")
+        step = power_off_step(name, namespace, host, obs, s.retry_count)
+        return step if step is not None else _write(replace(s, phase=PHASE_WAITING), "PoweredOff")
 
     # Waiting
-    if obs.power is None or obs.power.fenced:
-        return power_action(name, host, "on", node, s.retry_count)
-    if node is not None and obs.node_exists and obs.node_ready:
-        if obs.taint_present:
-            return act.untaint_out_of_service(node)
-        if obs.has_finalizer:
-            return Action(
-                kind="remove_finalizer", extravars={**ref, "finalizer": FINALIZER}, reason="RemediationDone"
-            )
-        return act.nothing("RemediationDone")
-    started = s.last_remediated if s.last_remediated is not None else now
-    remaining = started + strategy.timeout_seconds - now
-    if remaining > 0:
-        return act.wait(min(remaining, POLL_SECONDS), "WaitNodeReady")
+    step = power_on_step(
+        name, namespace, host, obs, s.retry_count, s.last_remediated, strategy.timeout_seconds
+    )
+    if step is not None:
+        return step
     if strategy.retry_limit > 0 and s.retry_count < strategy.retry_limit:
         return _write(
             replace(s, phase=PHASE_RUNNING, retry_count=s.retry_count + 1, last_remediated=now),
             "RetryRemediation",
         )
     if not obs.owner_remediated_false:
-        return Action(
-            kind="set_owner_remediated",
-            extravars={
-                "machine": machine,
-                "namespace": namespace,
-                "condition": {
-                    "type": OWNER_REMEDIATED,
-                    "status": "False",
-                    "reason": WAITING_FOR_REMEDIATION,
-                    "severity": "Warning",
-                },
-            },
-            reason="RetryLimitReached",
-        )
+        return owner_remediated_action(machine, namespace, "RetryLimitReached")
     return _write(replace(s, phase=PHASE_DELETING), "RetryLimitReached")
 
 

@@ -50,26 +50,25 @@ from noderemedy_runner.machines.metal3 import (
     DEFAULT_POWER_TIMEOUT_SECONDS,
     FINALIZER,
     NODE_NOT_READY,
-    OWNER_REMEDIATED,
     PHASE_DELETING_MACHINE,
     PHASE_FAILED,
     PHASE_POWER_OFF,
     PHASE_POWER_ON,
-    POLL_SECONDS,
     POWER_FAILED,
     POWER_TIMED_OUT,
     POWER_VERIFIED,
-    RELEASE_RATE_LIMITED,
-    WAIT_FOR_DETACH,
-    WAITING_FOR_REMEDIATION,
     HostRef,
     Metal3Observations,
     Metal3RemediationStatus,
     PowerFailure,
     RemediationStrategy,
-    power_action,
+    owner_remediated_action,
+    power_off_step,
+    power_on_step,
 )
 
+#: The Machine's OwnerRemediated message when the attempts are exhausted.
+ESCALATION_MESSAGE = "power-cycle attempts exhausted (deleteAfterRetries): the owner deletes the Machine"
 #: Our condition after an attempt whose node stayed NotReady (False, reason ``NodeNotReady``).
 NODE_READY = "NodeReady"
 #: Reasons of the status writes (and of the Events the loop records with them).
@@ -117,27 +116,6 @@ def _failed_attempt(
     )
 
 
-def owner_remediated_action(machine: str, namespace: str) -> Action:
-    """``set_owner_remediated``: ``OwnerRemediated=False`` (reason ``WaitingForRemediation``,
-    severity Warning) on Machine ``namespace/machine``, cluster-api's signal that its owner
-    should delete it."""
-    return Action(
-        kind="set_owner_remediated",
-        extravars={
-            "machine": machine,
-            "namespace": namespace,
-            "condition": {
-                "type": OWNER_REMEDIATED,
-                "status": "False",
-                "reason": WAITING_FOR_REMEDIATION,
-                "severity": "Warning",
-                "message": "power-cycle attempts exhausted (deleteAfterRetries): the owner deletes the Machine",
-            },
-        },
-        reason=ESCALATED,
-    )
-
-
 def decide(
     name: str,
     namespace: str,
@@ -159,7 +137,7 @@ def decide(
         return act.nothing(PHASE_FAILED)
     if s.phase == PHASE_DELETING_MACHINE:
         if not obs.owner_remediated_false:
-            return owner_remediated_action(machine, namespace)
+            return owner_remediated_action(machine, namespace, ESCALATED, ESCALATION_MESSAGE)
         if obs.has_finalizer:  # the Machine's deletion garbage-collects this object: let it go
             return Action(
                 kind="remove_finalizer", extravars={**ref, "finalizer": FINALIZER}, reason=ESCALATED
@@ -178,43 +156,20 @@ def decide(
         return _failed_attempt(s, strategy, _condition("False", reason, message, f.at), now)
 
     if s.phase == PHASE_POWER_OFF:
-        if not obs.has_finalizer:
-            return Action(
-                kind="add_finalizer", extravars={**ref, "finalizer": FINALIZER}, reason="AddFinalizer"
-            )
-        power = obs.power
-        verified = power is not None and power.fenced and (node is None or power.node == node)
-        if not verified or power is None:
-            return power_action(name, host, "off", node, attempt, strategy.power_off_timeout_seconds)
-        if node is not None and obs.node_exists:
-            if not obs.taint_present:
-                if obs.release_hold is not None:
-                    return act.wait(min(POLL_SECONDS, obs.release_hold.retry_seconds), RELEASE_RATE_LIMITED)
-                return act.taint_out_of_service(node, power)
-            left = obs.left_on_node
-            if left is None or left.pods:
-                return act.wait(POLL_SECONDS, "WaitNodeDrained")
-            if left.volume_attachments:
-                return act.wait(POLL_SECONDS, WAIT_FOR_DETACH)
+        step = power_off_step(name, namespace, host, obs, attempt, strategy.power_off_timeout_seconds)
+        if step is not None:
+            return step
         msg = f"attempt {attempt}: power read back off at BMC {host.bmc_address}"
         off = replace(s, phase=PHASE_POWER_ON).with_condition(_condition("True", "PoweredOff", msg, now))
         return act.write_status(off.to_dict(), "PoweredOff")
 
     # power-on
-    if obs.power is None or obs.power.fenced:
-        return power_action(name, host, "on", node, attempt, strategy.power_on_timeout_seconds)
-    if node is not None and obs.node_exists and obs.node_ready:
-        if obs.taint_present:
-            return act.untaint_out_of_service(node)
-        if obs.has_finalizer:
-            return Action(
-                kind="remove_finalizer", extravars={**ref, "finalizer": FINALIZER}, reason="RemediationDone"
-            )
-        return act.nothing("RemediationDone")
-    began = s.last_remediated if s.last_remediated is not None else now
-    remaining = began + strategy.timeout_seconds - now
-    if remaining > 0:
-        return act.wait(min(remaining, POLL_SECONDS), "WaitNodeReady")
+    step = power_on_step(
+        name, namespace, host, obs, attempt, s.last_remediated, strategy.timeout_seconds,
+        strategy.power_on_timeout_seconds,
+    )  # fmt: skip
+    if step is not None:
+        return step
     message = (
         f"attempt {attempt} of {strategy.delete_after_retries}: node {node} not Ready "
         f"{strategy.timeout_seconds:g} s after the attempt began (power read back on at BMC {host.bmc_address})"
