@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .config import POWER_LABEL, LabConfig
 from .procs import ComponentError, Supervisor, proc_start_time, require_binary
@@ -500,6 +500,13 @@ class Lab:
         leaves the condition as it is (already Unknown, same transition time) and taints the node
         unreachable, as on the real path. ComponentError if the label is not ``off`` within
         ``timeout`` seconds.
+
+        A heartbeat kwok scheduled before the power went off still plays once (kwok checks the
+        label when it schedules, :attr:`LabConfig.node_heartbeat_seconds`): it is scheduled at the
+        node's last ``lastHeartbeatTime`` and plays within the delay plus its jitter (2.25 times
+        the delay), so the condition is written once that time (plus 2 s of slack for a loaded
+        kwok) has passed or the heartbeat was seen, whichever comes first; the heartbeat would
+        otherwise turn the node Ready again after a caller saw it NotReady.
         """
         from datetime import UTC, datetime
 
@@ -515,6 +522,14 @@ class Lab:
             if time.monotonic() > deadline:
                 raise ComponentError("kube", f"node {node}: power label not 'off' after {timeout:.0f} s")
             time.sleep(0.25)
+        first = self._last_heartbeat(obj)
+        if first is not None:
+            played_by = first.timestamp() + self.config.node_heartbeat_seconds * 2.25 + 2.0
+            while time.time() < played_by:
+                obj = api.read_node_status(node, _request_timeout=10)
+                if self._last_heartbeat(obj) != first:
+                    break
+                time.sleep(0.25)
         now = datetime.now(UTC)
         while True:
             for cond in obj.status.conditions or []:
@@ -528,6 +543,14 @@ class Lab:
                 if exc.status != 409 or time.monotonic() > deadline:
                     raise
             obj = api.read_node_status(node, _request_timeout=10)
+
+    @staticmethod
+    def _last_heartbeat(node: Any) -> Any:
+        """The Ready condition's ``lastHeartbeatTime`` (a datetime) of a V1Node, None if absent."""
+        for cond in node.status.conditions or []:
+            if cond.type == "Ready":
+                return cond.last_heartbeat_time
+        return None
 
     def wait_nodes(self, names: list[str], ready: str | set[str], timeout: float) -> dict[str, str]:
         """Poll until every node's Ready status is in ``ready`` ('True', or {'False', 'Unknown'});
