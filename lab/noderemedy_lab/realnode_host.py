@@ -15,8 +15,13 @@ from .procs import ComponentError, require_binary
 
 
 # ------------------------------------------------------------------------------------ network
-def _run(argv: list[str], component: str, check: bool = True) -> subprocess.CompletedProcess:
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+def _run(
+    argv: list[str], component: str, check: bool = True, timeout: float = 30.0
+) -> subprocess.CompletedProcess:
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        raise ComponentError(component, f"'{' '.join(argv)}' did not end within {timeout:.0f} s") from exc
     if check and out.returncode != 0:
         raise ComponentError(
             component, f"'{' '.join(argv)}' failed: {out.stderr.strip() or out.stdout.strip()}"
@@ -59,10 +64,21 @@ def run_dir(prefix: str) -> Path:
     return Path("/tmp") / prefix
 
 
+#: Seconds an image import into a real node's containerd may take. The remediation pod image
+#: (about 150 MiB) imports in a few seconds on an idle 2-core machine, but took more than 30 s
+#: while Go builds and other labs ran beside it.
+IMPORT_TIMEOUT = 300.0
+
+
 def import_image(socket: str, archive: Path, component: str) -> None:
-    """``ctr -a <socket> -n k8s.io images import <archive>``; ComponentError naming ``component``."""
+    """``ctr -a <socket> -n k8s.io images import <archive>``, at most :data:`IMPORT_TIMEOUT`
+    seconds; ComponentError naming ``component`` when it fails or does not end in time."""
     ctr = require_binary("ctr", component, "containerd")
-    _run([ctr, "-a", socket, "-n", "k8s.io", "images", "import", str(archive)], component)
+    _run(
+        [ctr, "-a", socket, "-n", "k8s.io", "images", "import", str(archive)],
+        component,
+        timeout=IMPORT_TIMEOUT,
+    )
 
 
 def cleanup_recorded(state: dict) -> list[str]:
