@@ -37,6 +37,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -107,6 +108,63 @@ def _go() -> str:
     return go
 
 
+#: Seconds each Go build took on an idle 2-core machine of this kind with empty caches (module
+#: downloads included), by the first word of its progress label: the estimate of the time left
+#: until this machine has built it once (:func:`_build_times`).
+TYPICAL_BUILD_SECONDS = {"kubernetes": 300, "kwok": 75, "etcd": 30, "vcsim-lab": 25, "cluster-api": 150}
+
+
+#: Serialises :func:`_record_seconds` between the build threads of :func:`ensure_binaries`.
+_TIMES_LOCK = threading.Lock()
+
+
+def _build_times() -> Path:
+    """``<cache>/logs/build-times.json``: label -> seconds of the last build of each component here."""
+    return cache_dir() / "logs" / "build-times.json"
+
+
+def _expected_seconds(component: str) -> float | None:
+    """Seconds the build of ``component`` (a progress label) is expected to take: its last build
+    on this machine, else :data:`TYPICAL_BUILD_SECONDS`; None when neither knows it."""
+    try:
+        last = json.loads(_build_times().read_text()).get(component)
+    except (OSError, ValueError, AttributeError):
+        last = None
+    if isinstance(last, int | float):
+        return float(last)
+    typical = TYPICAL_BUILD_SECONDS.get(component.split(" ", 1)[0])
+    return float(typical) if typical is not None else None
+
+
+def _record_seconds(component: str, seconds: float) -> None:
+    path = _build_times()
+    try:
+        times = json.loads(path.read_text())
+    except (OSError, ValueError):
+        times = {}
+    if not isinstance(times, dict):
+        times = {}
+    times[component] = round(seconds, 1)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    part = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.part")
+    part.write_text(json.dumps(times, indent=1, sort_keys=True))
+    os.replace(part, path)
+
+
+def progress_line(component: str, elapsed: float, expected: float | None) -> str:
+    """The progress line of a build running for ``elapsed`` seconds: the time spent and, when
+    ``expected`` (seconds) is known, the time left (``about 4 min left``), or that it takes longer
+    than usual."""
+    line = f"  {component}: {elapsed:4.0f} s"
+    if expected is None:
+        return line + " ..."
+    left = expected - elapsed
+    if left <= 0:
+        return line + f", longer than the usual {expected:.0f} s ..."
+    when = f"{left:.0f} s" if left < 90 else f"{left / 60:.0f} min"
+    return line + f", about {when} left ..."
+
+
 def _run(
     argv: list[str],
     cwd: Path,
@@ -122,6 +180,7 @@ def _run(
     env["GOFLAGS"] = env["GOFLAGS"] if "-mod=" in env["GOFLAGS"] else env["GOFLAGS"] + " -mod=mod"
     env.setdefault("CGO_ENABLED", "0")
     start = time.monotonic()
+    expected = _expected_seconds(component)
     with open(log, "a") as out:
         out.write(f"$ {' '.join(argv)}\n")
         out.flush()
@@ -132,13 +191,16 @@ def _run(
             now = time.monotonic()
             if now - last >= 15:
                 last = now
-                progress(f"  {component}: {now - start:4.0f} s ...")
+                progress(progress_line(component, now - start, expected))
     if proc.returncode != 0:
         raise ComponentError(
             f"build {component}",
             f"'{' '.join(argv[:3])} ...' failed (exit {proc.returncode}); log {log}:\n{tail(log, 25)}",
         )
-    progress(f"  {component}: built in {time.monotonic() - start:.0f} s")
+    took = time.monotonic() - start
+    with _TIMES_LOCK:
+        _record_seconds(component, took)
+    progress(f"  {component}: built in {took:.0f} s")
 
 
 def _kube_gomod(workdir: Path, log: Path, progress: Callable[[str], None]) -> None:

@@ -125,3 +125,20 @@ def test_setup_builds_cluster_api_beside_the_others_and_a_lab_start_does_not(bui
     got = build.ensure_binaries(lines.append, node=True, vcsim=False, capi=True)
     assert builds.asked == {"cluster-api": ["cluster-api"]} and got["cluster-api"].is_file()
     assert "side by side: cluster-api" in lines[0]
+
+
+def test_a_progress_line_says_the_time_left_from_the_typical_build_then_from_this_machines_last(
+    cache: Path,
+) -> None:
+    label = "kwok v0.7.0"
+    typical = build.TYPICAL_BUILD_SECONDS["kwok"]
+    assert build._expected_seconds(label) == typical
+    assert build.progress_line(label, 15, typical) == f"  kwok v0.7.0:   15 s, about {typical - 15} s left ..."
+    assert build.progress_line(label, 30, 630) == "  kwok v0.7.0:   30 s, about 10 min left ..."
+    assert build.progress_line(label, 90, 60) == "  kwok v0.7.0:   90 s, longer than the usual 60 s ..."
+    assert build.progress_line("other v1", 15, None) == "  other v1:   15 s ..."
+    build._record_seconds(label, 41.26)
+    build._record_seconds("etcd v3.6.16", 20)
+    assert build._expected_seconds(label) == 41.3
+    assert build._expected_seconds("etcd v3.6.16") == 20
+    assert build._expected_seconds("unknown v1") is None
