@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from noderemedy_runner.cli import build_parser, main
+from noderemedy_runner.arguments import build_parser
+from noderemedy_runner.cli import main
 
 
 def test_help_explains_what_it_does(capsys: pytest.CaptureFixture[str]) -> None:
