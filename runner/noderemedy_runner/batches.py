@@ -42,7 +42,6 @@ import json
 import logging
 import re
 import shutil
-import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -50,11 +49,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from noderemedy_runner.executor import CANCELED, Executor, RunRequest, run_niced
+from noderemedy_runner.executor import CANCELED, Executor, RunRequest
 from noderemedy_runner.outcomes import RunOutcome, outcome_from_events
 from noderemedy_runner.run_processes import (
     CANCEL_POLL_SECONDS,
-    RUN_MARKER,
     kill_run_processes,
     new_token,
     write_settings,
@@ -384,8 +382,6 @@ class BatchingExecutor(Executor):
 
     def _run_live(self, batch: _Batch, live: list[_Request]) -> None:
         """Run ``batch``'s playbook for ``live`` (its callers still waiting), holding a slot."""
-        import ansible_runner  # type: ignore[import-untyped]  # heavy import
-
         with self._lock:
             self._serial += 1
             self.batches_started += 1
@@ -453,41 +449,17 @@ class BatchingExecutor(Executor):
                 return True
             return False
 
-        inventory = {
-            "all": {
-                "hosts": {
-                    r.host: {
-                        **r.extravars,
-                        "ansible_connection": "local",
-                        "ansible_python_interpreter": sys.executable,
-                    }
-                    for r in live
-                }
-            }
-        }
-        envvars = {
-            **self.envvars(),
-            RUN_MARKER: token,
-            "ANSIBLE_FORKS": str(len(live)),
-            "ANSIBLE_STRATEGY": "free",
-        }
         try:
-            runner = run_niced(
-                self.run_nice,
-                ansible_runner.run,
-                private_data_dir=str(private),
-                project_dir=str(self.playbook_dir),
-                playbook=batch.playbook,
-                ident=ident,
-                inventory=inventory,
-                extravars={HOSTS_VAR: "all"},
-                envvars=envvars,
-                suppress_env_files=True,
-                rotate_artifacts=self.rotate_artifacts,
-                timeout=max(1, int(round(self.run_deadline))),
-                cancel_callback=canceled,
+            runner = self.ansible_run(
+                private,
+                batch.playbook,
+                ident,
+                {r.host: r.extravars for r in live},
+                {HOSTS_VAR: "all"},
+                token,
+                canceled,
+                env={"ANSIBLE_FORKS": str(len(live)), "ANSIBLE_STRATEGY": "free"},
                 event_handler=on_event,
-                quiet=True,
             )
             status = str(runner.status)
             if status in ("timeout", "canceled"):

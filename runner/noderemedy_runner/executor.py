@@ -284,6 +284,48 @@ class Executor:
         env.update(self.extra_env)
         return env
 
+    def ansible_run(
+        self,
+        private: Path,
+        playbook: str,
+        ident: str,
+        hosts: Mapping[str, Mapping[str, Any]],
+        extravars: Mapping[str, Any],
+        token: str,
+        cancel_callback: Callable[[], bool],
+        env: Mapping[str, str] | None = None,
+        **more: Any,
+    ) -> Any:
+        """``ansible_runner.run`` of ``playbook`` as every run of the executor goes: in private data
+        dir ``private`` under ``ident``, at the added niceness (:func:`run_niced`), killed past the
+        run deadline, artifacts rotated, no env files written (``suppress_env_files``), quiet.
+
+        ``hosts``: the inventory, each host's variables with a local connection through this
+        Python added; ``token``: the run's :data:`~noderemedy_runner.run_processes.RUN_MARKER`
+        (its processes are killed by it); ``env``: more environment on top of :meth:`envvars`;
+        ``more``: further ``ansible_runner.run`` arguments (``event_handler``). Returns
+        ansible-runner's Runner (``status``, ``rc``, ``events``); raises what it raises."""
+        import ansible_runner  # type: ignore[import-untyped]  # heavy import
+
+        local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+        return run_niced(
+            self.run_nice,
+            ansible_runner.run,
+            private_data_dir=str(private),
+            project_dir=str(self.playbook_dir),
+            playbook=playbook,
+            ident=ident,
+            inventory={"all": {"hosts": {host: {**v, **local} for host, v in hosts.items()}}},
+            extravars=dict(extravars),
+            envvars={**self.envvars(), RUN_MARKER: token, **(env or {})},
+            suppress_env_files=True,
+            rotate_artifacts=self.rotate_artifacts,
+            timeout=max(1, int(round(self.run_deadline))),
+            cancel_callback=cancel_callback,
+            quiet=True,
+            **more,
+        )
+
     def recover(self, private_dir: Path, ident: str) -> RunOutcome | None:
         """The outcome of a run ``ident`` that finished before this process started (its
         artifacts hold a final ``status`` and ``rc``), or None. Incomplete artifacts (the runner
@@ -381,8 +423,6 @@ class Executor:
 
     def perform(self, req: RunRequest) -> RunOutcome:
         """Run ``req`` in this process (ansible-runner), as :meth:`run` describes."""
-        import ansible_runner  # type: ignore[import-untyped]  # heavy import
-
         private, done = self.finished_before(req)
         if done is not None:
             return done
@@ -408,30 +448,8 @@ class Executor:
             return False
 
         try:
-            runner = run_niced(
-                self.run_nice,
-                ansible_runner.run,
-                private_data_dir=str(private),
-                project_dir=str(self.playbook_dir),
-                playbook=req.playbook,
-                ident=req.ident,
-                inventory={
-                    "all": {
-                        "hosts": {
-                            "localhost": {
-                                "ansible_connection": "local",
-                                "ansible_python_interpreter": sys.executable,
-                            }
-                        }
-                    }
-                },
-                extravars=dict(req.extravars),
-                envvars={**self.envvars(), RUN_MARKER: token},
-                suppress_env_files=True,
-                rotate_artifacts=self.rotate_artifacts,
-                timeout=max(1, int(round(self.run_deadline))),
-                cancel_callback=canceled,
-                quiet=True,
+            runner = self.ansible_run(
+                private, req.playbook, req.ident, {"localhost": {}}, req.extravars, token, canceled
             )
             status = str(runner.status)
             if status == "timeout":  # the detached workers and modules outlive the killed group
