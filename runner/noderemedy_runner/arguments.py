@@ -44,9 +44,8 @@ remediation) and the ConfigMap noderemedy-status in --namespace, Events. Metrics
 
 #: The NodeFence machine's defaults (docs/state-machines.md), the defaults of its flags.
 _POLICY = NodeFencePolicy()
-#: The NodeFence machine's settings that are flags of their own, in ``--help`` order: (flag, type,
-#: default, metavar, help); the flag's dest is the :class:`NodeFencePolicy` field (``--retry-delay``:
-#: ``retry_delay_seconds``, see :data:`POLICY_FIELDS`).
+#: The NodeFence machine's settings whose flags stand together in ``--help``, in its order:
+#: (flag, type, default, metavar, help); :data:`POLICY_FIELDS` names the field each one sets.
 _POLICY_FLAGS: tuple[tuple[str, type, float, str, str], ...] = (
     (
         "--grace-seconds", float, 0.0, "SECONDS",
@@ -57,9 +56,18 @@ _POLICY_FLAGS: tuple[tuple[str, type, float, str, str], ...] = (
         "--step-retries", int, _POLICY.step_retries, "N",
         "extra attempts of a failed fence step before the NodeFence goes to Error (default %(default)s)",
     ),
-    ("--retry-delay", float, _POLICY.retry_delay_seconds, "SECONDS", "wait before a step's next attempt (default %(default)s)"),
-    ("--max-restarts", int, _POLICY.max_restarts, "N", "restarts of a NodeFence's whole flow from Error (default %(default)s)"),
-    ("--restart-delay", float, _POLICY.restart_delay_seconds, "SECONDS", "wait in Error before a restart (default %(default)s)"),
+    (
+        "--retry-delay", float, _POLICY.retry_delay_seconds, "SECONDS",
+        "wait before a step's next attempt (default %(default)s)",
+    ),
+    (
+        "--max-restarts", int, _POLICY.max_restarts, "N",
+        "restarts of a NodeFence's whole flow from Error (default %(default)s)",
+    ),
+    (
+        "--restart-delay", float, _POLICY.restart_delay_seconds, "SECONDS",
+        "wait in Error before a restart (default %(default)s)",
+    ),
     (
         "--recovery-timeout", float, _POLICY.recovery_timeout_seconds, "SECONDS",
         "how long a fenced node may stay NotReady after Recovery before the NodeFence goes to "

@@ -10,9 +10,9 @@ run's outcome as JSON to its termination message (``/dev/termination-log``, at m
 :func:`outcome_to_dict` keeps it short), which :class:`JobExecutor` reads back: the exit code and
 the structured summary of the fence evidence, never the pod's log.
 
-The Job (:func:`noderemedy_runner.job_manifests.job_manifest`): ``backoffLimit: 0`` (retries belong to the state machine),
-``activeDeadlineSeconds`` = the run deadline, ``ttlSecondsAfterFinished`` and an owner reference
-to the custom resource clean it up, its pod never lands on the node being fenced (required node
+The Job (:func:`noderemedy_runner.job_manifests.job_manifest`): ``backoffLimit: 0`` (retries
+belong to the state machine), ``activeDeadlineSeconds`` = the run deadline,
+``ttlSecondsAfterFinished`` and an owner reference to the custom resource clean it up, its pod never lands on the node being fenced (required node
 affinity ``NotIn``) and takes the runner pod's own image, ServiceAccount, security context,
 node selector and tolerations (so it runs wherever the runner may, also while other nodes are
 tainted). The Job's name is the run's ident: a restarted or newly elected runner asking for the
