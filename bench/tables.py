@@ -431,6 +431,7 @@ def release_plot(rack_doc: Any, peers_doc: Any, out: Path = RELEASE_PLOT) -> lis
          {"marker": "|", "color": "#5d4037", "s": 60}),
     ):  # fmt: skip
         xs, yy = series(phase, field)
+        label += f" ({len(xs)} of {len(nodes)} nodes)"
         ax.scatter(xs, yy, label=label, zorder=3, linewidths=1, **style)
     for phase, colour, who in ((ours, blue, "ours"), (far_phase, orange, "FAR")):
         p50 = (phase.get("taint_s") or {}).get("p50")
@@ -441,7 +442,10 @@ def release_plot(rack_doc: Any, peers_doc: Any, out: Path = RELEASE_PLOT) -> lis
     ax.set_yticks([ys[n] for n in nodes], nodes, fontsize=6)
     ax.set_ylim(-0.8, len(nodes) + 0.6)
     ax.set_xlim(left=0)
-    ax.set_xlabel("seconds from the node's NotReady (first seen by the bench)", fontsize=9)
+    ax.set_xlabel(
+        "seconds from the node's NotReady (first seen by the bench); no mark: not seen within the bench's --timeout",
+        fontsize=9,
+    )
     ax.tick_params(axis="x", labelsize=8)
     ax.grid(axis="x", color="#eeeeee")
     ax.set_axisbelow(True)
