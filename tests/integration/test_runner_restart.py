@@ -54,10 +54,11 @@ _RUN_START = re.compile(r"^run (\S+): fence_step\.yml for ")
 
 def power_sets(lab: Any, node: str, since: float = 0.0) -> list[str]:
     """The BMC's power sets (``"0"``/``"1"``) since the epoch time ``since``, from its own
-    chassis-control log (``<epoch> <0|1>`` per set)."""
+    chassis-control log (``<epoch> <0|1>`` per set; a lying BMC's ``<epoch> <0|1> ignored``
+    lines are sets it did not carry out, left out)."""
     path = Path(lab.info["devices"]["bmcs"][node]["power_log"])
     rows = [line.split() for line in path.read_text().splitlines() if line.strip()]
-    return [value for at, value in rows if float(at) >= since]
+    return [value for at, value, *rest in rows if not rest and float(at) >= since]
 
 
 def fc_sets(lab: Any, node: str, since: float = 0.0) -> list[int]:
