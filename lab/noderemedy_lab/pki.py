@@ -168,18 +168,12 @@ def generate(pki: Path) -> None:
 
 
 def write_kubeconfig(
-    path: Path,
-    server: str,
-    pki: Path,
-    stem: str,
-    user: str | None = None,
-    name: str = "noderemedy-lab",
-    tls_server_name: str | None = None,
+    path: Path, server: str, pki: Path, stem: str, user: str | None = None, tls_server_name: str | None = None
 ) -> Path:
     """Write a kubeconfig for client ``stem`` (cert/key files in ``pki``, user ``user``, default
-    ``stem``) against ``server``, its cluster and context called ``name``; mode 0600. With
-    ``tls_server_name`` the server's certificate is checked for that name instead of the host in
-    ``server`` (a real node reaches the apiserver through a relay)."""
+    ``stem``) against ``server``; mode 0600. With ``tls_server_name`` the server's certificate is
+    checked for that name instead of the host in ``server`` (a real node reaches the apiserver
+    through a relay)."""
     user = user or stem
     cluster = {"server": server, "certificate-authority": str(pki / "ca.crt")}
     if tls_server_name:
@@ -187,7 +181,7 @@ def write_kubeconfig(
     doc = {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": name, "cluster": cluster}],
+        "clusters": [{"name": "noderemedy-lab", "cluster": cluster}],
         "users": [
             {
                 "name": user,
@@ -197,8 +191,8 @@ def write_kubeconfig(
                 },
             }
         ],
-        "contexts": [{"name": name, "context": {"cluster": name, "user": user}}],
-        "current-context": name,
+        "contexts": [{"name": "noderemedy-lab", "context": {"cluster": "noderemedy-lab", "user": user}}],
+        "current-context": "noderemedy-lab",
     }
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     os.chmod(path, 0o600)

@@ -283,7 +283,6 @@ class RealNodes:
             Path(self.kube["pki"]),
             stem,
             user,
-            name="lab",
             tls_server_name="kubernetes",
         )
 
