@@ -13,6 +13,7 @@ the shared code owns check mode, diff and the result). Errors become ``fail_json
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
@@ -32,7 +33,7 @@ from ansible_collections.noderemedy.core.plugins.module_utils._secret import (
 
 #: Secret key -> option, for ``credentials_secret`` of the modules that log in with a user name
 #: and a password (IPMI, Redfish, vSphere).
-LOGIN_SECRET_KEYS = {"username": "username", "password": "password"}
+LOGIN_SECRET_KEYS: Mapping[str, str] = MappingProxyType({"username": "username", "password": "password"})
 
 
 def fencing_module(
