@@ -133,7 +133,9 @@ def test_a_progress_line_says_the_time_left_from_the_typical_build_then_from_thi
     label = "kwok v0.7.0"
     typical = build.TYPICAL_BUILD_SECONDS["kwok"]
     assert build._expected_seconds(label) == typical
-    assert build.progress_line(label, 15, typical) == f"  kwok v0.7.0:   15 s, about {typical - 15} s left ..."
+    assert (
+        build.progress_line(label, 15, typical) == f"  kwok v0.7.0:   15 s, about {typical - 15} s left ..."
+    )
     assert build.progress_line(label, 30, 630) == "  kwok v0.7.0:   30 s, about 10 min left ..."
     assert build.progress_line(label, 90, 60) == "  kwok v0.7.0:   90 s, longer than the usual 60 s ..."
     assert build.progress_line("other v1", 15, None) == "  other v1:   15 s ..."
