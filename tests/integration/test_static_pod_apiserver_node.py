@@ -29,6 +29,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -275,6 +276,43 @@ class NodeApiserver:
         return in_node(self.netns, "monitor", params, timeout + 60)
 
 
+class ContainerLogs:
+    """The kubelet's container log files ``pattern`` under ``pod_logs``, read every 0.25 s while in
+    the ``with`` block and once more at its end, and kept: the kubelet deletes a removed pod's
+    containers, their logs with them, as soon as one of them dies, so the logs of a revision that
+    was fallen back from may be gone when the monitor returns."""
+
+    def __init__(self, pod_logs: Path, pattern: str) -> None:
+        self.pod_logs, self.pattern = pod_logs, pattern
+        self.seen: dict[Path, str] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> ContainerLogs:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        self._read()
+
+    def _read(self) -> None:
+        for path in self.pod_logs.glob(self.pattern):
+            try:
+                self.seen[path] = path.read_text(errors="replace")
+            except OSError:  # deleted meanwhile: what was read before stays
+                continue
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.25):
+            self._read()
+
+    def text(self) -> str:
+        """Everything read, one file after another."""
+        return "".join(self.seen.values())
+
+
 @pytest.fixture(scope="module")
 def node_apiserver(lab_real, tmp_path_factory):
     """One :class:`NodeApiserver` (image imported, etcd running) for the module's cases; its static
@@ -400,15 +438,12 @@ def test_an_audit_policy_the_apiserver_refuses_crash_loops_and_falls_back(apiser
     assert installed["changed"] is True, installed
     written = time.time()
     timeout = 25.0
-    res = apiserver.monitor(5, timeout)
+    pods = Path(apiserver.params["pod_logs_dir"])
+    with ContainerLogs(pods, f"kube-system_kube-apiserver-{NODE}_*/kube-apiserver/*.log") as logs:
+        res = apiserver.monitor(5, timeout)
     assert (res["reason"], res["action"]) == ("CrashLooping", "fallback"), res
     assert res["retry"]["retryable"] is False, res
-    logs = list(
-        Path(apiserver.params["pod_logs_dir"]).glob(
-            f"kube-system_kube-apiserver-{NODE}_*/kube-apiserver/*.log"
-        )
-    )
-    said = "".join(p.read_text(errors="replace") for p in logs)
+    said = logs.text()
     assert "audit" in said.lower() and "Loud" in said, said[-2000:]
     apiserver.wait_ready(120, "last-known-good kube-apiserver ready again")
     back = time.time() - written
