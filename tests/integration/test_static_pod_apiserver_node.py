@@ -195,8 +195,8 @@ class NodeApiserver:
 
     def new_case(self, tag: str) -> None:
         """Start a case from the layout as recorded (:meth:`record_revisions`): module parameters as
-        at the start; no last-known-good link; the recorded revisions only, each directory holding
-        its manifest alone (what a case added -- a revision, a storage-versions record -- removed),
+        at the start; no last-known-good link; the recorded revisions only (pruned ones written
+        again), each directory holding its manifest alone (what a case added -- a revision, a storage-versions record -- removed),
         every manifest annotated ``noderemedy.io/test: <tag>``. The annotation gives the case's
         static pods UIDs of their own: the kubelet derives a static pod's UID from its manifest and
         does not start again one re-added with the UID of one it has terminated, and every case
@@ -206,6 +206,7 @@ class NodeApiserver:
             if entry.name not in self.revisions:
                 _remove(entry)
         for name, original in self.revisions.items():
+            (self.resources / name).mkdir(exist_ok=True)  # pruned by a case (the role prunes)
             for entry in (self.resources / name).iterdir():  # what a case wrote into it
                 if entry.name != "kube-apiserver-pod.yaml":
                     _remove(entry)
