@@ -137,6 +137,12 @@ def _expected_seconds(component: str) -> float | None:
 
 
 def _record_seconds(component: str, seconds: float) -> None:
+    """Record ``seconds`` as the last build of ``component`` in :func:`_build_times`."""
+    with _TIMES_LOCK:
+        _write_seconds(component, seconds)
+
+
+def _write_seconds(component: str, seconds: float) -> None:
     path = _build_times()
     try:
         times = json.loads(path.read_text())
@@ -146,7 +152,7 @@ def _record_seconds(component: str, seconds: float) -> None:
         times = {}
     times[component] = round(seconds, 1)
     path.parent.mkdir(parents=True, exist_ok=True)
-    part = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.part")
+    part = path.with_suffix(f".{os.getpid()}.part")
     part.write_text(json.dumps(times, indent=1, sort_keys=True))
     os.replace(part, path)
 
@@ -198,8 +204,7 @@ def _run(
             f"'{' '.join(argv[:3])} ...' failed (exit {proc.returncode}); log {log}:\n{tail(log, 25)}",
         )
     took = time.monotonic() - start
-    with _TIMES_LOCK:
-        _record_seconds(component, took)
+    _record_seconds(component, took)
     progress(f"  {component}: built in {took:.0f} s")
 
 

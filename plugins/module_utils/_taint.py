@@ -488,8 +488,9 @@ def run_node_taint(client: Any, params: dict[str, Any], check_mode: bool = False
     def guard(node: dict[str, Any], added: list[dict[str, Any]]) -> None:
         if any(is_out_of_service(t) for t in added):
             # the input first: refused evidence is refused whatever the node's state
-            out["fence"] = validate_fence_evidence(params.get("fence_evidence"), max_age, nt.wall())
+            fence = validate_fence_evidence(params.get("fence_evidence"), max_age, nt.wall())
             check_node_not_ready(node)
+            out["fence"] = fence
 
     res = nt.apply(taints, state, guard)
     out.update(
@@ -542,9 +543,10 @@ def _release_fenced_storage(
             "the pods whose volumes are behind the fenced ports, so name that storage",
             "invalid",
         )
-    out["fence"] = validate_fence_evidence(evidence, max_age, nt.wall())
+    fence = validate_fence_evidence(evidence, max_age, nt.wall())
     if not params.get("release_ready_node"):
         check_node_not_ready(nt.get_node())
+    out["fence"] = fence
     others = [t for t in taints if not is_out_of_service(t)]
     if others:
         res = nt.apply(others, "present", lambda node, added: None)
