@@ -237,3 +237,24 @@ def set_ignore_power(bmc: dict, ignore: bool) -> None:
         flag.touch()
     else:
         flag.unlink(missing_ok=True)
+
+
+def power_sets(power_log: str | Path, *, with_ignored: bool = False) -> list[tuple[float, int]]:
+    """The power sets a lab BMC's chassis-control hook recorded in ``power_log``: ``[(epoch
+    seconds, 0 off | 1 on), ...]`` in order. A lying BMC's ``<epoch> <0|1> ignored`` lines are
+    commands it answered as done and did not carry out: left out unless ``with_ignored``. A missing
+    log is ``[]``; ValueError naming the line for one that is neither form."""
+    path = Path(power_log)
+    if not path.exists():
+        return []
+    out: list[tuple[float, int]] = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        fields = line.split()
+        if not fields:
+            continue
+        if len(fields) == 2 or (len(fields) == 3 and fields[2] == "ignored"):
+            if len(fields) == 2 or with_ignored:
+                out.append((float(fields[0]), int(fields[1])))
+            continue
+        raise ValueError(f"{path}:{number}: not '<epoch> <0|1> [ignored]': {line!r}")
+    return out

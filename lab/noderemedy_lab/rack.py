@@ -45,6 +45,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from .bmc import power_sets
 from .config import POWER_LABEL
 from .procs import ComponentError, require_binary
 
@@ -205,16 +206,18 @@ class Rack:
     def device_logs(self) -> dict[str, dict[str, list[tuple[float, int]]]]:
         """What the devices recorded, per node: ``{"bmc": [(epoch, 0|1), ...], "outlet": [(epoch,
         written value), ...]}`` from each BMC's ``power.log`` and the PDU backend's SET log (written
-        values: 1 on, 2 off, 3 reboot...). Used to check that a release had its own evidence."""
+        values: 1 on, 2 off, 3 reboot...); a lying BMC's ignored sets are left out (they changed
+        nothing: :func:`noderemedy_lab.bmc.power_sets`). Used to check that a release had its own evidence."""
         st = json.loads(Path(self.pdu["state_file"]).read_text())
         by_outlet: dict[str, list[tuple[float, int]]] = {}
         for t, port, value in st.get("log", []):
             by_outlet.setdefault(str(port), []).append((float(t), int(value)))
         out: dict[str, dict[str, list[tuple[float, int]]]] = {}
         for n in self.nodes:
-            lines = Path(self.bmcs[n]["power_log"]).read_text().split("\n")
-            bmc = [(float(a), int(b)) for a, b in (ln.split() for ln in lines if ln.strip())]
-            out[n] = {"bmc": bmc, "outlet": by_outlet.get(str(self.outlets[n]), [])}
+            out[n] = {
+                "bmc": power_sets(self.bmcs[n]["power_log"]),
+                "outlet": by_outlet.get(str(self.outlets[n]), []),
+            }
         return out
 
     # ------------------------------------------------------------------ the watcher

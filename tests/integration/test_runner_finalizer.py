@@ -21,7 +21,6 @@ from typing import Any
 import pytest
 from kube_helpers import wait_for
 from kubernetes import client
-from kubernetes.client.rest import ApiException
 from runner_harness import Runner
 from test_runner_e2e import (  # noqa: F401 - fixtures are used by name
     DEAD,
@@ -30,6 +29,7 @@ from test_runner_e2e import (  # noqa: F401 - fixtures are used by name
     fence_config,
     fence_ns,
     get_nf,
+    gone,
     nodefence,
     oos_on,
     runner,
@@ -42,17 +42,6 @@ from noderemedy_runner.machines.deletion import FINALIZER
 pytestmark = [pytest.mark.lab, pytest.mark.kube]
 
 NF = ("remediation.noderemedy.io", "v1alpha1", "nodefences")
-
-
-def gone(co: client.CustomObjectsApi, name: str) -> bool:
-    """Whether NodeFence ``name`` no longer exists."""
-    try:
-        co.get_cluster_custom_object(*NF, name)
-    except ApiException as exc:
-        if exc.status == 404:
-            return True
-        raise
-    return False
 
 
 def current_step(co: client.CustomObjectsApi, name: str) -> str | None:

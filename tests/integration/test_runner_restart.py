@@ -42,6 +42,7 @@ from test_runner_e2e import (  # noqa: F401 - fixtures are used by name
     runner,
 )
 
+from noderemedy_lab import bmc as lab_bmc
 from noderemedy_lab.config import POWER_LABEL
 from noderemedy_runner.machines.nodefence import CONFIRM_MISSING_NODE_ANNOTATION, NODE_NOT_FOUND
 
@@ -56,9 +57,11 @@ def power_sets(lab: Any, node: str, since: float = 0.0) -> list[str]:
     """The BMC's power sets (``"0"``/``"1"``) since the epoch time ``since``, from its own
     chassis-control log (``<epoch> <0|1>`` per set; a lying BMC's ``<epoch> <0|1> ignored``
     lines are sets it did not carry out, left out)."""
-    path = Path(lab.info["devices"]["bmcs"][node]["power_log"])
-    rows = [line.split() for line in path.read_text().splitlines() if line.strip()]
-    return [value for at, value, *rest in rows if not rest and float(at) >= since]
+    return [
+        str(value)
+        for at, value in lab_bmc.power_sets(lab.info["devices"]["bmcs"][node]["power_log"])
+        if at >= since
+    ]
 
 
 def fc_sets(lab: Any, node: str, since: float = 0.0) -> list[int]:

@@ -17,6 +17,7 @@ import pytest
 from noderemedy_lab import snmp
 from noderemedy_lab.bmc import (
     data_path,
+    power_sets,
     render_lan_conf,
     render_power_hook,
     set_bmc_mode,
@@ -116,6 +117,17 @@ def test_chassis_control_with_ignore_power_answers_done_and_changes_nothing(tmp_
     set_ignore_power(bmc, False)  # idempotent
     assert _chassis(tmp_path, "set", "power", "0").returncode == 0
     assert _chassis(tmp_path, "get", "power").stdout == "power:0\n" and calls.read_text() == "0\n"
+    # the log's reader keeps the set carried out and leaves out the two lied about, unless asked
+    assert [v for _, v in power_sets(tmp_path / "power.log")] == [0]
+    assert [v for _, v in power_sets(tmp_path / "power.log", with_ignored=True)] == [0, 0, 0]
+
+
+def test_power_sets_refuses_a_line_of_another_form_naming_it(tmp_path: Path) -> None:
+    log = tmp_path / "power.log"
+    assert power_sets(log) == []
+    log.write_text("1700000000.5 1\n\n1700000001.0 0 ignored\n1700000002.0 0 what\n")
+    with pytest.raises(ValueError, match=r"power.log:4: .*'1700000002.0 0 what'"):
+        power_sets(log)
 
 
 @pytest.mark.parametrize(

@@ -15,8 +15,11 @@ finalizer only once that playbook succeeds. Here:
 
   1. ``PowerOn``: every power ``off`` method the flow ran or may have run (a finished run in
      ``status.jobs``, or the committed ``status.currentRun``) is run again with action ``on``,
-     unless the flow itself restored the power (its PowerManagement step finished: status Done or
-     Final after it). Only ``on`` actions are run: never a second power cycle.
+     unless a later finished run of the flow switched that device and plug back on (an ``on`` or
+     ``reboot`` method, as a PowerManagement of ``off`` then ``on`` does) or the flow's own Recovery
+     ran. A flow whose Isolation or PowerManagement only switched the power off (``isolation=ipmi-off``,
+     ``recovery=ipmi-on``) has it off at Done: deleted then, it is switched back on. Only ``on``
+     actions are run: never a second power cycle.
   2. ``Unfence``: every ``off`` method of Isolation (and the non-power ``off`` methods of
      PowerManagement: storage and network ports) is run again with action ``on``, unless the
      flow's own Recovery ran -- only once the node is Ready and, while it carries the taint, its
@@ -176,42 +179,56 @@ class CleanupPlan:
 
 
 def fenced_methods(status: NodeFenceStatus, config: FenceConfig) -> list[FenceMethod]:
-    """Every ``off`` method with an ``on`` counterpart that a run of the flow ran or may have run, any pass: the runs of
-    Isolation and PowerManagement in ``status.jobs`` and the committed ``status.currentRun``
-    (idents as :func:`noderemedy_runner.machines.nodefence.run_ident` builds them), in order,
-    each device and plug once."""
+    """Every ``off`` method with an ``on`` counterpart that a run of the flow ran or may have run,
+    any pass, and that no later finished run of the flow switched back on: the runs of Isolation
+    and PowerManagement in ``status.jobs`` and the committed ``status.currentRun`` (idents as
+    :func:`noderemedy_runner.machines.nodefence.run_ident` builds them), in order, each device and
+    plug once. An ``on`` or ``reboot`` method leaves its device and plug on once its step
+    finished (:func:`_step_finished`: every run of the step then succeeded); one of a step that
+    failed or is still under way may not have run, so it does not count."""
     idents = list(status.jobs) + ([status.current_run.ident] if status.current_run else [])
-    out: list[FenceMethod] = []
-    seen: set[tuple[str, str | None]] = set()
+    off: dict[tuple[str, str | None], FenceMethod] = {}
     for ident in idents:
         m = _RUN_RE.search(ident)
         if m is None:
             continue
         step, level, segment = _SLUG_STEP[m.group(2)], int(m.group(3) or 1), int(m.group(4) or 0)
+        done = _step_finished(status, step)
         segs = step_segments(config.methods(step, level))
         for method in segs[segment] if segment < len(segs) else ():
             key = (method.template.configmap, method.plug)
             undoable = "on" in ACTION_STATES.get(method.template.device_type, {})
-            if method.action == "off" and undoable and key not in seen:
-                seen.add(key)
-                out.append(method)
-    return out
+            if method.action == "off" and undoable:
+                off.setdefault(key, method)
+            elif method.action in ("on", "reboot") and done:
+                off.pop(key, None)
+    return list(off.values())
+
+
+def _step_finished(status: NodeFenceStatus, step: Step) -> bool:
+    """Whether the flow's ``step`` (Isolation or PowerManagement) finished with every run of it
+    successful: the flow went past it (PowerManagement: Done with no power run committed, Final
+    after a recovery, or Error because the node did not come back after it)."""
+    run = status.current_run
+    if run is not None and run.step == step:
+        return False
+    if step == "Isolation":
+        return status.step != "Isolation" or status.status in ("Done", "Final")
+    if run is not None and run.step != "Recovery":
+        return False
+    if status.status in ("Done", "Final"):
+        return status.status == "Done" or power_restored(status)
+    processing = find_condition(status.conditions, PROCESSING)
+    return status.status == "Error" and processing is not None and processing.reason == "NodeNotReadyTimeout"
 
 
 def power_restored(status: NodeFenceStatus) -> bool:
-    """Whether the flow's own PowerManagement step finished (status Done with no power run
-    committed, Final after a recovery, or Error because the node did not come back after it):
-    the power is then on as the flow left it."""
-    run = status.current_run
-    if run is not None and run.step != "Recovery":
-        return False
-    if status.status == "Done":
-        return True
+    """Whether the flow's own Recovery ran to the end (Final with ``Succeeded=True``): its ``on``
+    methods switched back on what the flow left off. Before that, what is still off is told per
+    device and plug by :func:`fenced_methods` (a finished PowerManagement of ``off`` then ``on``
+    left the power on; one of ``off`` alone, or an Isolation of ``ipmi-off``, did not)."""
     succeeded = find_condition(status.conditions, SUCCEEDED)
-    if status.status == "Final":
-        return succeeded is not None and succeeded.status == "True"
-    processing = find_condition(status.conditions, PROCESSING)
-    return status.status == "Error" and processing is not None and processing.reason == "NodeNotReadyTimeout"
+    return status.status == "Final" and succeeded is not None and succeeded.status == "True"
 
 
 def recovered(status: NodeFenceStatus) -> bool:

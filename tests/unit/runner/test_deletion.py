@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from nodefence_world import NAME, NODE, T0, World, fence_config
 
+from noderemedy_runner.config.fence import FenceConfig, parse_fence_config
 from noderemedy_runner.machines.actions import Action, FenceReading
 from noderemedy_runner.machines.conditions import Condition
 from noderemedy_runner.machines.deletion import (
@@ -577,3 +578,49 @@ def test_a_crash_between_run_and_write_replays_the_same_ident() -> None:
     )
     assert done.kind == "write_status" and done.status is not None
     assert done.status["cleanup"]["done"] == ["PowerOn"]
+
+
+def _power_config(isolation: str, power_management: str) -> FenceConfig:
+    data = {
+        "config.properties": f"node_name={NODE}\nisolation={isolation}\n"
+        f"power_management={power_management}\nrecovery=ipmi-on",
+        "fence-method-ipmi-off": "template=fence-method-template-ipmi\naction=off",
+        "fence-method-ipmi-on": "template=fence-method-template-ipmi\naction=on",
+        "fence-method-ipmi-reboot": "template=fence-method-template-ipmi\naction=reboot",
+    }
+    templates = {
+        "fence-method-template-ipmi": {
+            "template.properties": "type=ipmi\naddress=127.0.0.1:16001\nsecret=bmc"
+        }
+    }
+    return parse_fence_config(f"fence-config-{NODE}", data, templates, node=NODE)
+
+
+@pytest.mark.parametrize(
+    ("isolation", "power_management", "jobs", "power_on"),
+    [
+        # the power went off in Isolation and nothing of the flow switched it on before Done
+        ("ipmi-off", "", (ISO,), True),
+        # PowerManagement switched it off and left it off (fence-agents' ``off``): Recovery would
+        ("", "ipmi-off", (PM_OFF,), True),
+        # off, then on again in the same step: on at Done
+        ("", "ipmi-off ipmi-on", (PM_OFF, PM_ON), False),
+        # off in Isolation, a reboot in PowerManagement: on at Done
+        ("ipmi-off", "ipmi-reboot", (ISO, PM_OFF), False),
+    ],
+)
+def test_a_flow_done_with_its_power_left_off_is_switched_on_when_deleted(
+    isolation: str, power_management: str, jobs: tuple[str, ...], power_on: bool
+) -> None:
+    """At Done (waiting for the node to be Ready before Recovery) the power is on only when a
+    finished step of the flow switched it back on after its ``off``; a NodeFence deleted then
+    switches on what is still off, or the node could never turn Ready and the cleanup would wait
+    for it until the recovery timeout."""
+    config = _power_config(isolation, power_management)
+    status = nf("Done", "PowerManagement", jobs)
+    action = decide_cleanup(NAME, status, CleanupStatus(), ob(), config, POLICY)
+    if power_on:
+        assert (action.kind, action.reason) == ("run_step", "CleanupPowerOn"), action
+        assert [m["action"] for m in action.extravars["methods"]] == ["on"]
+    else:
+        assert (action.kind, action.reason) != ("run_step", "CleanupPowerOn"), action
