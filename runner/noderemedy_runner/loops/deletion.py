@@ -238,15 +238,12 @@ class NodeFenceDeletion:
         return self._let_go(obj, name, node, action)
 
     def _let_go(self, obj: dict[str, Any], name: str, node: str, action: Action) -> float | None:
-        """Remove the finalizer; say what was left when the cleanup gave up (a Warning Event on
-        the NodeFence and on its Node)."""
+        """Say how the cleanup ended (when it gave up, a Warning Event on the NodeFence and on its
+        Node naming what was left), then remove the finalizer: the Events are written first, so a
+        NodeFence seen gone already has them, and a runner that dies in between leaves the
+        finalizer for the next one rather than a cleanup nobody recorded. A 409 on the finalizer
+        patch decides again (the Events may then be written twice)."""
         left = [str(item) for item in action.extravars.get("left") or []]
-        try:
-            self.kube.patch_finalizers(NODEFENCE, obj, FINALIZER, False)
-        except Conflict:
-            return AGAIN
-        except NotFound:
-            return None
         if action.reason == CLEANUP_TIMED_OUT:
             message = (
                 f"NodeFence {name} deleted: the cleanup gave up after {self.policy.recovery_timeout_seconds:.0f} s "
@@ -257,6 +254,12 @@ class NodeFenceDeletion:
             self.kube.event(
                 obj, "Normal", action.reason, f"NodeFence deleted: node {node} left as before fencing"
             )
+        try:
+            self.kube.patch_finalizers(NODEFENCE, obj, FINALIZER, False)
+        except Conflict:
+            return AGAIN
+        except NotFound:
+            return None
         return None
 
 

@@ -177,3 +177,24 @@ def test_a_dry_run_cleans_nothing_up() -> None:
     dry = NodeFenceReconciler(r, e, namespace="ns", policy=NodeFencePolicy(), dry_run=True)
     assert dry.reconcile("nf", threading.Event()) is None
     assert ex.runs == [] and kube.writes == [] and kube.obj["metadata"]["finalizers"] == [FINALIZER]
+
+
+def test_the_cleanup_writes_its_events_before_it_lets_go() -> None:
+    """The Warning Event naming what was left exists once the finalizer goes: a NodeFence seen
+    gone already has it, and a runner dying in between leaves the finalizer, not a silent end."""
+    kube = FakeKube()
+    kube.obj["metadata"].update(finalizers=[FINALIZER], deletionTimestamp=DELETED)
+    kube.obj["status"] = {"status": "Exploded"}
+    seen_at_let_go: list[list[str]] = []
+    patch = kube.patch_finalizers
+
+    def recording(*args: Any, **kw: Any) -> Any:
+        seen_at_let_go.append([reason for _kind, reason, _msg in kube.events])
+        return patch(*args, **kw)
+
+    kube.patch_finalizers = recording  # type: ignore[method-assign]
+    r = reconciler(kube, FakeExecutor(RunOutcome("x", "successful", 0)))
+    r.clock = r.deletion.clock = lambda: 1767226801.0  # past the 600 s recovery timeout
+    assert r.reconcile("nf", threading.Event()) is None
+    assert kube.obj["metadata"]["finalizers"] == []
+    assert seen_at_let_go and "CleanupTimedOut" in seen_at_let_go[-1], seen_at_let_go
