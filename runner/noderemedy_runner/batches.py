@@ -18,7 +18,7 @@ Per-host results are streamed from the job events (ansible-runner's ``event_hand
 done at its ``runner_on_failed`` (not ignored) or ``runner_on_unreachable`` -- Ansible takes it out
 of the play there -- or at the ``runner_on_ok`` of the playbook's last task, which sets the fact
 :data:`DONE_FACT`. Its events then go back to its own caller at once, as the
-:class:`~noderemedy_runner.executor.RunOutcome` a run of its own would have given (counts from its
+:class:`~noderemedy_runner.outcomes.RunOutcome` a run of its own would have given (counts from its
 own events, its own failed tasks, fence evidence and release), while the other hosts go on.
 
 Restart safety stays per custom resource: each caller's status already names its run (the machine
@@ -42,7 +42,6 @@ import json
 import logging
 import re
 import shutil
-import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -50,20 +49,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from noderemedy_runner.executor import (
-    Executor,
-    ExecutorError,
-    RunOutcome,
-    check_ident,
-    evidence_from_events,
-    parse_events,
-    release_from_events,
-    run_niced,
-)
-from noderemedy_runner.machines.actions import Action
+from noderemedy_runner.executor import CANCELED, Executor, RunRequest
+from noderemedy_runner.outcomes import RunOutcome, outcome_from_events
 from noderemedy_runner.run_processes import (
     CANCEL_POLL_SECONDS,
-    RUN_MARKER,
     kill_run_processes,
     new_token,
     write_settings,
@@ -156,14 +145,14 @@ def host_outcome(
     seconds: float,
     artifact_dir: str = "",
 ) -> RunOutcome:
-    """The :class:`~noderemedy_runner.executor.RunOutcome` of one host of a batch, as a run of its
+    """The :class:`~noderemedy_runner.outcomes.RunOutcome` of one host of a batch, as a run of its
     own would have given it: ``events`` are the host's task events (a stats event of its own is
     added, :func:`host_stats`), ``end`` how they ended (:func:`ends_host`; None: they did not, the
     run ended first with ``batch_status``: ``timeout``, ``canceled``, ``error``, ...). Pure."""
     all_events = [*events, host_stats(host, events)]
-    counts, failed, modules = parse_events(all_events)
+    notes: tuple[str, ...] = ()
     if end == "done":
-        status, rc = ("successful", 0) if counts["failed"] == 0 else ("failed", RC_FAILED)
+        status, rc = "successful", 0  # unless a task failed (ignored errors do not count), below
     elif end == "failed":
         status, rc = "failed", RC_FAILED
     elif end == "unreachable":
@@ -172,22 +161,13 @@ def host_outcome(
         status, rc = batch_status or "error", None
         if status == "successful":  # the run ended without this host going through the play
             status = "failed"
-            failed.append("the batch ended before this host's last task")
-    return RunOutcome(
-        ident,
-        status,
-        rc,
-        counts["ok"],
-        counts["changed"],
-        counts["failed"],
-        tuple(failed),
-        tuple(modules),
-        seconds,
-        recovered=False,
-        artifact_dir=artifact_dir,
-        release=release_from_events(all_events),
-        evidence=evidence_from_events(all_events),
+            notes = ("the batch ended before this host's last task",)
+    outcome = outcome_from_events(
+        ident, status, rc, all_events, seconds=seconds, artifact_dir=artifact_dir, notes=notes
     )
+    if end == "done" and outcome.failed:
+        return replace(outcome, status="failed", rc=RC_FAILED)
+    return outcome
 
 
 def _start_artifacts(art: Path) -> None:
@@ -315,51 +295,22 @@ class BatchingExecutor(Executor):
         self.batches_started = 0
         self.hosts_served = 0
 
-    def run(
-        self,
-        action: Action,
-        *,
-        kind: str,
-        name: str,
-        namespace: str | None = None,
-        uid: str = "",
-        ident: str | None = None,
-        extra_extravars: Mapping[str, Any] | None = None,
-        cancel: threading.Event | None = None,
-        priority: int = 0,
-    ) -> RunOutcome:
-        """As :meth:`Executor.run <noderemedy_runner.executor.Executor.run>`; a run of a
+    def perform(self, request: RunRequest) -> RunOutcome:
+        """As :meth:`Executor.perform <noderemedy_runner.executor.Executor.perform>`; a run of a
         :data:`BATCHED_PLAYBOOKS` playbook joins a batch and returns as soon as its own host is
         done (or at once, ``canceled``, when ``cancel`` is set)."""
-        if action.playbook not in BATCHED_PLAYBOOKS:
-            return super().run(
-                action, kind=kind, name=name, namespace=namespace, uid=uid, ident=ident,
-                extra_extravars=extra_extravars, cancel=cancel, priority=priority,
-            )  # fmt: skip
-        playbook = self.playbook_dir / action.playbook
-        if not playbook.is_file():
-            raise ExecutorError(f"playbook {playbook} not found (action {action.kind})")
-        run_ident = check_ident(ident or action.ident or f"{action.kind}-{int(time.time() * 1000)}")
-        extravars = dict(action.extravars)
-        if extra_extravars:
-            Action(kind="none", extravars=dict(extra_extravars))  # references only (ActionError)
-            extravars.update(extra_extravars)
-        private = self.private_data_dir(kind, name, namespace, uid)
-        done = self.recover(private, run_ident)
+        if request.playbook not in BATCHED_PLAYBOOKS:
+            return super().perform(request)
+        private, done = self.finished_before(request)
         if done is not None:
-            log.info(
-                "run %s of %s %s already finished (%s): not repeated", run_ident, kind, name, done.status
-            )
             return done
         req = _Request(
-            host_name(name), run_ident, kind, name, extravars, private, cancel or threading.Event(), priority
-        )
-        canceled = RunOutcome(
-            run_ident, "canceled", None,
-            failed_tasks=("canceled: the runner is stopping or the custom resource was deleted",),
+            host_name(request.name), request.ident, request.kind, request.name, dict(request.extravars),
+            private, request.cancel, request.priority,
         )  # fmt: skip
+        canceled = RunOutcome(req.ident, "canceled", None, failed_tasks=(CANCELED,))
         while True:
-            self._join(action.playbook, req)
+            self._join(request.playbook, req)
             while not req.done.wait(CANCEL_POLL_SECONDS):
                 if req.cancel.is_set():
                     if req.batch is not None and req.batch.running.is_set():
@@ -431,8 +382,6 @@ class BatchingExecutor(Executor):
 
     def _run_live(self, batch: _Batch, live: list[_Request]) -> None:
         """Run ``batch``'s playbook for ``live`` (its callers still waiting), holding a slot."""
-        import ansible_runner  # type: ignore[import-untyped]  # heavy import
-
         with self._lock:
             self._serial += 1
             self.batches_started += 1
@@ -500,41 +449,17 @@ class BatchingExecutor(Executor):
                 return True
             return False
 
-        inventory = {
-            "all": {
-                "hosts": {
-                    r.host: {
-                        **r.extravars,
-                        "ansible_connection": "local",
-                        "ansible_python_interpreter": sys.executable,
-                    }
-                    for r in live
-                }
-            }
-        }
-        envvars = {
-            **self.envvars(),
-            RUN_MARKER: token,
-            "ANSIBLE_FORKS": str(len(live)),
-            "ANSIBLE_STRATEGY": "free",
-        }
         try:
-            runner = run_niced(
-                self.run_nice,
-                ansible_runner.run,
-                private_data_dir=str(private),
-                project_dir=str(self.playbook_dir),
-                playbook=batch.playbook,
-                ident=ident,
-                inventory=inventory,
-                extravars={HOSTS_VAR: "all"},
-                envvars=envvars,
-                suppress_env_files=True,
-                rotate_artifacts=self.rotate_artifacts,
-                timeout=max(1, int(round(self.run_deadline))),
-                cancel_callback=canceled,
+            runner = self.ansible_run(
+                private,
+                batch.playbook,
+                ident,
+                {r.host: r.extravars for r in live},
+                {HOSTS_VAR: "all"},
+                token,
+                canceled,
+                env={"ANSIBLE_FORKS": str(len(live)), "ANSIBLE_STRATEGY": "free"},
                 event_handler=on_event,
-                quiet=True,
             )
             status = str(runner.status)
             if status in ("timeout", "canceled"):

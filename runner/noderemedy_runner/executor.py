@@ -1,4 +1,4 @@
-"""Run the state machines' playbook actions with ansible-runner, and read back what they did.
+"""Run the state machines' playbook actions with ansible-runner.
 
 Shape follows ansible-operator (operator-framework/ansible-operator-plugins ``internal/ansible/runner``):
 a private data dir per custom resource (``<data_dir>/<kind>/<namespace or _cluster>_<name>_<uid[:8]>/``,
@@ -19,13 +19,8 @@ is stopping; looked at every
 when :meth:`Executor.run` returns; status ``canceled``). A run whose ident already has complete artifacts is not repeated: its outcome is
 read back.
 
-The outcome (:class:`RunOutcome`) carries ansible's per-host counts (ok/changed/failed), the
-messages of failed tasks, the results of the fencing module tasks in the order they ran
-(:class:`ModuleResult`, the ``fence`` evidence of ``noderemedy.core.ipmi_power``/``pdu_outlet``/
-``fc_port``) and the fence evidence the run itself chose (:class:`StepEvidence`: the result of the
-fence step role's evidence task, ``roles/fence_step/tasks/evidence.yml``, the one place the rule
-"which read-back is a verified fence" lives), which :func:`fence_reading` turns into the
-:class:`~noderemedy_runner.machines.actions.FenceReading` the machines reason about.
+What a run did is a :class:`~noderemedy_runner.outcomes.RunOutcome`, read from its job events
+(:mod:`noderemedy_runner.outcomes`).
 """
 
 from __future__ import annotations
@@ -40,39 +35,21 @@ import shutil
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from noderemedy_runner.machines.actions import FENCE_KINDS, Action, FenceKind, FenceReading
+from noderemedy_runner.machines.actions import Action
+from noderemedy_runner.outcomes import FINAL_STATUSES, RunOutcome, outcome_from_events
 from noderemedy_runner.run_processes import RUN_MARKER, kill_run_processes, new_token, write_settings
 
 log = logging.getLogger(__name__)
 
-#: Fencing modules whose results are collected (FQCN → device type).
-FENCE_MODULES: dict[str, str] = {
-    "noderemedy.core.ipmi_power": "ipmi",
-    "noderemedy.core.redfish_power": "redfish",
-    "noderemedy.core.aws_instance_power": "aws",
-    "noderemedy.core.vmware_vm_power": "vmware",
-    "noderemedy.core.kdump_wait": "kdump",
-    "noderemedy.core.pdu_outlet": "pdu",
-    "noderemedy.core.fc_port": "fc",
-}
-#: The module fence_step.yml releases workloads with (``release_workloads``: the out-of-service taint).
-RELEASE_MODULE = "noderemedy.core.node_taint"
-#: The fact the fence step role's evidence task sets (``roles/fence_step/tasks/evidence.yml``):
-#: ``{"fenced": bool, "kind": "power_off" | "storage_isolated", "source": method names}``, or {}.
-READING_FACT = "fence_step_reading"
-#: The fact holding the fencing module's own ``fence`` result that proves a fenced reading ({} unless fenced).
-EVIDENCE_FACT = "fence_step_evidence"
-#: ansible-runner's final statuses.
-FINAL_STATUSES = ("successful", "failed", "timeout", "canceled", "error")
-#: Longest failed-task message kept (characters).
-MAX_TASK_MESSAGE = 400
 _IDENT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
 _NAME_RE = re.compile(r"[^A-Za-z0-9._-]")
+#: Why a canceled run ended, among its failed tasks.
+CANCELED = "canceled: the runner is stopping or the custom resource was deleted"
 
 
 class ExecutorError(RuntimeError):
@@ -81,222 +58,29 @@ class ExecutorError(RuntimeError):
 
 
 @dataclass(frozen=True)
-class ModuleResult:
-    """One fencing module task's result: ``module`` (FQCN), ``device_type`` (ipmi/pdu/fc),
-    ``ok`` (not failed), ``state`` (the module's read-back: ``on``/``off`` or ``enabled``/
-    ``disabled``; None when unknown), ``fence`` (the module's evidence dict: ``verified``,
-    ``method``, ``target``, ``plugs``, ``state``, ``verified_at`` in epoch seconds), ``msg``,
-    ``error`` (the module's error class on failure: auth, privilege, unreachable, rejected, ...),
-    ``seconds`` (the task's own duration as ansible-runner timed it; None when not reported)."""
+class RunRequest:
+    """One run asked of an executor (:meth:`Executor.run`), its ident and extravars settled.
 
-    module: str
-    device_type: str
-    ok: bool
-    state: str | None
-    fence: Mapping[str, Any]
-    msg: str = ""
-    error: str = ""
-    seconds: float | None = None
-
-
-@dataclass(frozen=True)
-class StepEvidence:
-    """What a fence step run read back, as its own evidence task chose it
-    (``roles/fence_step/tasks/evidence.yml``, facts :data:`READING_FACT` and :data:`EVIDENCE_FACT`).
-
-    ``fenced``: the read-back shows the fence holding; ``kind``: ``power_off`` (a power device
-    asked off read back off) or ``storage_isolated`` (the step's fc ports asked off: all of them
-    read back disabled, else ``fenced`` is False); ``source``: the method name(s) read;
-    ``fence``: the fencing module's own ``fence`` result proving it (``verified``, ``method``,
-    ``target``, ``plugs``, ``state``, ``verified_at`` in epoch seconds) -- {} unless ``fenced``.
+    ``action`` (its ``playbook`` is not None); ``ident`` (checked by :func:`check_ident`);
+    ``extravars`` (the action's and the caller's extra ones, references only); ``kind``, ``name``,
+    ``namespace`` (None: cluster-scoped) and ``uid`` of the custom resource the run is for;
+    ``cancel`` (set: stop the run); ``priority`` (lower first, :class:`Slots`).
     """
 
-    fenced: bool
-    kind: FenceKind
-    source: str
-    fence: Mapping[str, Any]
-
-
-def evidence_from_events(events: Sequence[Mapping[str, Any]]) -> StepEvidence | None:
-    """The :class:`StepEvidence` of a run from its job events: the facts the last ``runner_on_ok``
-    of the role's evidence task set (the event whose ``res.ansible_facts`` holds
-    :data:`READING_FACT`). None when that task did not run or failed (the play stopped at a
-    failing method), or chose no fence ({}). Pure parsing: the rule itself is the task's.
-
-    A malformed result never reads as a fence: an unknown ``kind`` or a missing ``source`` gives
-    None, and a reading claimed ``fenced`` whose module evidence is not ``verified: true`` is
-    read as not fenced, with no evidence.
-    """
-    facts: Mapping[str, Any] | None = None
-    for ev in events:
-        if ev.get("event") != "runner_on_ok":
-            continue
-        res = (ev.get("event_data") or {}).get("res") or {}
-        found = res.get("ansible_facts") if isinstance(res, Mapping) else None
-        if isinstance(found, Mapping) and READING_FACT in found:
-            facts = found
-    if facts is None:
-        return None
-    reading, fence = facts.get(READING_FACT), facts.get(EVIDENCE_FACT)
-    if not isinstance(reading, Mapping) or not reading:
-        return None
-    kind, source = reading.get("kind"), reading.get("source")
-    if kind not in FENCE_KINDS or not isinstance(source, str) or not source:
-        log.warning("fence evidence task result unreadable (%s=%r): no evidence", READING_FACT, reading)
-        return None
-    fenced = reading.get("fenced") is True and isinstance(fence, Mapping) and fence.get("verified") is True
-    return StepEvidence(fenced, kind, source, dict(fence) if fenced and isinstance(fence, Mapping) else {})
-
-
-@dataclass(frozen=True)
-class Release:
-    """What the release task of a fence step run (``release_workloads``, playbooks/fence_step.yml)
-    did: ``added`` -- it added the out-of-service taint with this run's verified fence as evidence;
-    ``message`` -- node_taint's refusal (``reason: message``; never secret) when it did not;
-    ``fenced_storage`` -- the run's fence was storage-only, so instead of the taint it released
-    the pods ``deleted_pods`` on the fenced storage and left ``kept_pods`` (``namespace/name``)."""
-
-    added: bool
-    message: str = ""
-    fenced_storage: bool = False
-    deleted_pods: tuple[str, ...] = ()
-    kept_pods: tuple[str, ...] = ()
-
-
-def release_from_events(events: Sequence[Mapping[str, Any]]) -> Release | None:
-    """The :class:`Release` of a run from its job events (the last ``noderemedy.core.node_taint``
-    result), or None when the run had no release task or skipped it. The task runs with
-    ``failed_when: false``, so a refusal shows as an ok event whose result has ``reason``."""
-    out: Release | None = None
-    for ev in events:
-        if ev.get("event") not in ("runner_on_ok", "runner_on_failed"):
-            continue
-        data = ev.get("event_data") or {}
-        if str(data.get("resolved_action") or data.get("task_action") or "") != RELEASE_MODULE:
-            continue
-        res = data.get("res") or {}
-        if res.get("skipped"):
-            continue
-        if ev.get("event") == "runner_on_ok" and not res.get("reason") and "taints" in res:
-            out = Release(
-                added=bool(res.get("added")) and res.get("released") != "fenced_storage",
-                fenced_storage=res.get("released") == "fenced_storage",
-                deleted_pods=tuple(str(p) for p in res.get("deleted_pods") or ()),
-                kept_pods=tuple(str(p) for p in res.get("kept_pods") or ()),
-            )
-        else:
-            reason = str(res.get("reason") or "failed")
-            out = Release(False, f"{reason}: {str(res.get('msg', ''))[:MAX_TASK_MESSAGE]}")
-    return out
-
-
-@dataclass(frozen=True)
-class RunOutcome:
-    """What one ansible-runner run did.
-
-    ``ident``; ``status`` (ansible-runner: successful, failed, timeout, canceled, error); ``rc``;
-    ``ok``/``changed``/``failed`` (task counts summed over hosts, failures include unreachable);
-    ``failed_tasks`` (``"<task>: <msg>"``, secrets never included: no_log tasks are censored by
-    ansible); ``modules`` (fencing module results in run order); ``seconds`` (wall time);
-    ``recovered``: read back from the artifacts of an earlier process (the run was not repeated);
-    ``release``: what a fence step's release task did (:class:`Release`), None when it did not run;
-    ``evidence``: what the fence step role's evidence task chose (:class:`StepEvidence`), None
-    when it did not run, failed or found no fence.
-    """
-
+    action: Action
     ident: str
-    status: str
-    rc: int | None
-    ok: int = 0
-    changed: int = 0
-    failed: int = 0
-    failed_tasks: tuple[str, ...] = ()
-    modules: tuple[ModuleResult, ...] = ()
-    seconds: float = 0.0
-    recovered: bool = False
-    artifact_dir: str = ""
-    release: Release | None = None
-    evidence: StepEvidence | None = None
+    extravars: Mapping[str, Any]
+    kind: str
+    name: str
+    namespace: str | None
+    uid: str
+    cancel: threading.Event
+    priority: int
 
     @property
-    def succeeded(self) -> bool:
-        """Whether the run ended ``successful`` with rc 0."""
-        return self.status == "successful" and self.rc == 0
-
-    @property
-    def timed_out(self) -> bool:
-        """Whether the run was killed at its deadline."""
-        return self.status == "timeout"
-
-    def summary(self) -> str:
-        """One line for a condition message or an Event: status, counts, first failed tasks."""
-        text = f"run {self.ident} {self.status}: ok={self.ok} changed={self.changed} failed={self.failed}"
-        if self.failed_tasks:
-            text += "; " + "; ".join(self.failed_tasks[:3])
-        return text
-
-
-def fence_reading(
-    node: str, outcome: RunOutcome, now: float
-) -> tuple[FenceReading | None, Mapping[str, Any] | None]:
-    """The run's :class:`~noderemedy_runner.machines.actions.FenceReading` of ``node``
-    (``observed_at`` = ``now``) and the module evidence that proves it (for
-    ``noderemedy.core.node_taint``'s ``fence_evidence``; None unless fenced), both from the run's own
-    evidence task (:attr:`RunOutcome.evidence`). (None, None) when that task gave none, and for runs
-    recovered from old artifacts (a power cycle's off is a fence only while its read-back is fresh:
-    docs/state-machines.md, known limit)."""
-    ev = outcome.evidence
-    if outcome.recovered or ev is None:
-        return None, None
-    reading = FenceReading(node, ev.fenced, ev.kind, ev.source, now)
-    return reading, (dict(ev.fence) if ev.fenced else None)
-
-
-def parse_events(events: Sequence[Mapping[str, Any]]) -> tuple[dict[str, int], list[str], list[ModuleResult]]:
-    """From ansible-runner job events: (counts ``ok``/``changed``/``failed``, failed task messages,
-    fencing module results in order). Pure; used on live runs and on recovered artifacts."""
-    counts = {"ok": 0, "changed": 0, "failed": 0}
-    failed: list[str] = []
-    modules: list[ModuleResult] = []
-    for ev in events:
-        kind = ev.get("event")
-        data = ev.get("event_data") or {}
-        if kind == "playbook_on_stats":
-            for key, name in (
-                ("ok", "ok"),
-                ("changed", "changed"),
-                ("failures", "failed"),
-                ("dark", "failed"),
-            ):
-                counts[name] += sum(int(v) for v in (data.get(key) or {}).values())
-            continue
-        if kind not in ("runner_on_ok", "runner_on_failed", "runner_on_unreachable"):
-            continue
-        res = data.get("res") or {}
-        action = str(data.get("resolved_action") or data.get("task_action") or "")
-        is_failed = kind != "runner_on_ok" and not data.get("ignore_errors")
-        if is_failed:
-            msg = str(res.get("msg") or res.get("reason") or "failed")
-            task = str(data.get("task") or action)
-            failed.append(f"{task}: {msg[:MAX_TASK_MESSAGE]}")
-        if action in FENCE_MODULES:
-            state = res.get("power_state", res.get("state"))
-            fence = res.get("fence") if isinstance(res.get("fence"), Mapping) else {}
-            modules.append(
-                ModuleResult(
-                    module=action,
-                    device_type=FENCE_MODULES[action],
-                    ok=kind == "runner_on_ok",
-                    state=str(state) if isinstance(state, str) else None,
-                    fence=dict(fence or {}),
-                    msg=str(res.get("msg", ""))[:MAX_TASK_MESSAGE],
-                    error=str(res.get("error") or ""),
-                    seconds=float(data["duration"])
-                    if isinstance(data.get("duration"), int | float)
-                    else None,
-                )
-            )
-    return counts, failed, modules
+    def playbook(self) -> str:
+        """The action's playbook (a file name in the playbook dir)."""
+        return str(self.action.playbook)
 
 
 def private_dir_name(kind: str, name: str, namespace: str | None = None, uid: str = "") -> str:
@@ -500,6 +284,48 @@ class Executor:
         env.update(self.extra_env)
         return env
 
+    def ansible_run(
+        self,
+        private: Path,
+        playbook: str,
+        ident: str,
+        hosts: Mapping[str, Mapping[str, Any]],
+        extravars: Mapping[str, Any],
+        token: str,
+        cancel_callback: Callable[[], bool],
+        env: Mapping[str, str] | None = None,
+        **more: Any,
+    ) -> Any:
+        """``ansible_runner.run`` of ``playbook`` as every run of the executor goes: in private data
+        dir ``private`` under ``ident``, at the added niceness (:func:`run_niced`), killed past the
+        run deadline, artifacts rotated, no env files written (``suppress_env_files``), quiet.
+
+        ``hosts``: the inventory, each host's variables with a local connection through this
+        Python added; ``token``: the run's :data:`~noderemedy_runner.run_processes.RUN_MARKER`
+        (its processes are killed by it); ``env``: more environment on top of :meth:`envvars`;
+        ``more``: further ``ansible_runner.run`` arguments (``event_handler``). Returns
+        ansible-runner's Runner (``status``, ``rc``, ``events``); raises what it raises."""
+        import ansible_runner  # type: ignore[import-untyped]  # heavy import
+
+        local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+        return run_niced(
+            self.run_nice,
+            ansible_runner.run,
+            private_data_dir=str(private),
+            project_dir=str(self.playbook_dir),
+            playbook=playbook,
+            ident=ident,
+            inventory={"all": {"hosts": {host: {**v, **local} for host, v in hosts.items()}}},
+            extravars=dict(extravars),
+            envvars={**self.envvars(), RUN_MARKER: token, **(env or {})},
+            suppress_env_files=True,
+            rotate_artifacts=self.rotate_artifacts,
+            timeout=max(1, int(round(self.run_deadline))),
+            cancel_callback=cancel_callback,
+            quiet=True,
+            **more,
+        )
+
     def recover(self, private_dir: Path, ident: str) -> RunOutcome | None:
         """The outcome of a run ``ident`` that finished before this process started (its
         artifacts hold a final ``status`` and ``rc``), or None. Incomplete artifacts (the runner
@@ -520,23 +346,9 @@ class Executor:
                 events.append(json.loads(path.read_text()))
             except (OSError, json.JSONDecodeError):
                 continue
-        counts, failed, modules = parse_events(events)
         rc_text = rc_file.read_text().strip()
-        return RunOutcome(
-            ident,
-            status,
-            int(rc_text) if rc_text.lstrip("-").isdigit() else None,
-            counts["ok"],
-            counts["changed"],
-            counts["failed"],
-            tuple(failed),
-            tuple(modules),
-            0.0,
-            recovered=True,
-            artifact_dir=str(art),
-            release=release_from_events(events),
-            evidence=evidence_from_events(events),
-        )
+        rc = int(rc_text) if rc_text.lstrip("-").isdigit() else None
+        return outcome_from_events(ident, status, rc, events, recovered=True, artifact_dir=str(art))
 
     def run(
         self,
@@ -562,104 +374,98 @@ class Executor:
         the lowest ``priority`` first -- the reconcilers pass the number of earlier tries, so
         first tries run before retries: :class:`Slots`), then until the run ends, its deadline
         passes or ``cancel`` is set. ``in_flight`` counts the runs holding a slot (logged with
-        each run's start line). Raises :class:`ExecutorError` for an action without a playbook or
-        a malformed ident; a canceled wait for a slot returns status ``canceled``.
-        """
-        import ansible_runner  # type: ignore[import-untyped]  # heavy import
+        each run's start line). Raises :class:`ExecutorError` for an action without a playbook,
+        a missing playbook file or a malformed ident
+        (:class:`~noderemedy_runner.machines.actions.ActionError` for extravars that are not
+        references); a canceled wait for a slot returns status ``canceled``.
 
+        Subclasses run the request elsewhere by overriding :meth:`perform`.
+        """
         if action.playbook is None:
             raise ExecutorError(f"action {action.kind} has no playbook")
-        playbook = self.playbook_dir / action.playbook
-        if not playbook.is_file():
-            raise ExecutorError(f"playbook {playbook} not found (action {action.kind})")
         run_ident = check_ident(ident or action.ident or f"{action.kind}-{int(time.time() * 1000)}")
         extravars = dict(action.extravars)
         if extra_extravars:
             # the same references-only check as Action's (raises ActionError)
             Action(kind="none", extravars=dict(extra_extravars))
             extravars.update(extra_extravars)
-        private = self.private_data_dir(kind, name, namespace, uid)
-        done = self.recover(private, run_ident)
+        request = RunRequest(
+            action=action,
+            ident=run_ident,
+            extravars=extravars,
+            kind=kind,
+            name=name,
+            namespace=namespace,
+            uid=uid,
+            cancel=cancel or threading.Event(),
+            priority=priority,
+        )
+        return self.perform(request)
+
+    def finished_before(self, req: RunRequest) -> tuple[Path, RunOutcome | None]:
+        """The private data dir of ``req``'s run (created), and the run's outcome when it already
+        finished in an earlier process (:meth:`recover`; logged, not repeated), else None. Raises
+        :class:`ExecutorError` when the playbook file is missing."""
+        playbook = self.playbook_dir / req.playbook
+        if not playbook.is_file():
+            raise ExecutorError(f"playbook {playbook} not found (action {req.action.kind})")
+        private = self.private_data_dir(req.kind, req.name, req.namespace, req.uid)
+        done = self.recover(private, req.ident)
         if done is not None:
             log.info(
-                "run %s of %s %s already finished (%s): not repeated", run_ident, kind, name, done.status
+                "run %s of %s %s already finished (%s): not repeated",
+                req.ident,
+                req.kind,
+                req.name,
+                done.status,
             )
-            return done
+        return private, done
 
-        cancel = cancel or threading.Event()
-        if not self.slots.acquire(priority, cancel):
-            return RunOutcome(run_ident, "canceled", None)
+    def perform(self, req: RunRequest) -> RunOutcome:
+        """Run ``req`` in this process (ansible-runner), as :meth:`run` describes."""
+        private, done = self.finished_before(req)
+        if done is not None:
+            return done
+        if not self.slots.acquire(req.priority, req.cancel):
+            return RunOutcome(req.ident, "canceled", None)
         in_flight = self.slots.in_flight
         started = time.monotonic()
         log.info(
             "run %s: %s for %s %s",
-            run_ident,
-            action.playbook,
-            kind,
-            name,
-            extra={"in_flight": in_flight, "priority": priority},
+            req.ident,
+            req.playbook,
+            req.kind,
+            req.name,
+            extra={"in_flight": in_flight, "priority": req.priority},
         )
         token = new_token()
         write_settings(private)
 
         def canceled() -> bool:  # at once: the run's detached workers hold its pty open
-            if cancel.is_set():
+            if req.cancel.is_set():
                 kill_run_processes(token)
                 return True
             return False
 
         try:
-            runner = run_niced(
-                self.run_nice,
-                ansible_runner.run,
-                private_data_dir=str(private),
-                project_dir=str(self.playbook_dir),
-                playbook=action.playbook,
-                ident=run_ident,
-                inventory={
-                    "all": {
-                        "hosts": {
-                            "localhost": {
-                                "ansible_connection": "local",
-                                "ansible_python_interpreter": sys.executable,
-                            }
-                        }
-                    }
-                },
-                extravars=extravars,
-                envvars={**self.envvars(), RUN_MARKER: token},
-                suppress_env_files=True,
-                rotate_artifacts=self.rotate_artifacts,
-                timeout=max(1, int(round(self.run_deadline))),
-                cancel_callback=canceled,
-                quiet=True,
+            runner = self.ansible_run(
+                private, req.playbook, req.ident, {"localhost": {}}, req.extravars, token, canceled
             )
             status = str(runner.status)
             if status == "timeout":  # the detached workers and modules outlive the killed group
                 kill_run_processes(token)
         finally:
             self.slots.release()
-        events = list(runner.events)
-        counts, failed, modules = parse_events(events)
-        log.info("run %s: %s in %.2f s", run_ident, status, time.monotonic() - started)
-        if status == "timeout":
-            failed.append(f"deadline: killed after {self.run_deadline:g} s")
-        elif status == "canceled":
-            failed.append("canceled: the runner is stopping or the custom resource was deleted")
-        return RunOutcome(
-            run_ident,
+        log.info("run %s: %s in %.2f s", req.ident, status, time.monotonic() - started)
+        notes = {"timeout": f"deadline: killed after {self.run_deadline:g} s", "canceled": CANCELED}
+        return outcome_from_events(
+            req.ident,
             status,
             runner.rc if isinstance(runner.rc, int) else None,
-            counts["ok"],
-            counts["changed"],
-            counts["failed"],
-            tuple(failed),
-            tuple(modules),
-            time.monotonic() - started,
-            recovered=False,
-            artifact_dir=str(private / "artifacts" / run_ident),
-            release=release_from_events(events),
-            evidence=evidence_from_events(events),
+            list(runner.events),
+            seconds=time.monotonic() - started,
+            artifact_dir=str(private / "artifacts" / req.ident),
+            notes=(notes[status],) if status in notes else (),
         )
 
 
@@ -678,23 +484,14 @@ def _event_counter(path: Path) -> int:
 
 
 __all__ = [
-    "EVIDENCE_FACT",
-    "FENCE_MODULES",
-    "READING_FACT",
+    "CANCELED",
     "Executor",
     "ExecutorError",
-    "ModuleResult",
     "RUN_NICE",
-    "Release",
-    "RunOutcome",
+    "RunRequest",
     "Slots",
-    "StepEvidence",
     "check_ident",
-    "evidence_from_events",
-    "fence_reading",
     "link_collection",
-    "parse_events",
     "private_dir_name",
-    "release_from_events",
     "run_niced",
 ]

@@ -10,9 +10,9 @@ run's outcome as JSON to its termination message (``/dev/termination-log``, at m
 :func:`outcome_to_dict` keeps it short), which :class:`JobExecutor` reads back: the exit code and
 the structured summary of the fence evidence, never the pod's log.
 
-The Job (:func:`job_manifest`): ``backoffLimit: 0`` (retries belong to the state machine),
-``activeDeadlineSeconds`` = the run deadline, ``ttlSecondsAfterFinished`` and an owner reference
-to the custom resource clean it up, its pod never lands on the node being fenced (required node
+The Job (:func:`noderemedy_runner.job_manifests.job_manifest`): ``backoffLimit: 0`` (retries
+belong to the state machine), ``activeDeadlineSeconds`` = the run deadline,
+``ttlSecondsAfterFinished`` and an owner reference to the custom resource clean it up, its pod never lands on the node being fenced (required node
 affinity ``NotIn``) and takes the runner pod's own image, ServiceAccount, security context,
 node selector and tolerations (so it runs wherever the runner may, also while other nodes are
 tainted). The Job's name is the run's ident: a restarted or newly elected runner asking for the
@@ -22,7 +22,6 @@ no run is started twice and no finished result is lost.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -36,57 +35,25 @@ from typing import Any, cast
 
 from kubernetes import client
 
-from noderemedy_runner.executor import (
-    Executor,
-    ExecutorError,
-    ModuleResult,
-    Release,
-    RunOutcome,
-    StepEvidence,
-    check_ident,
-)
+from noderemedy_runner.executor import Executor, RunRequest
+from noderemedy_runner.job_manifests import JOB_ENV, OWNER_KINDS, TERMINATION_LOG, job_manifest, job_name
 from noderemedy_runner.kube.client import api
 from noderemedy_runner.kube.errors import KubeError, NotFound
-from noderemedy_runner.kube.resources import NODEFENCE, read_json
+from noderemedy_runner.kube.resources import read_json
 from noderemedy_runner.machines.actions import Action
+from noderemedy_runner.outcomes import ModuleResult, Release, RunOutcome, StepEvidence
 from noderemedy_runner.playbooks import playbook_root
 
 log = logging.getLogger(__name__)
 
-#: Environment of the Job's pod: the run (JSON) and the node under remediation.
-JOB_ENV = "NODEREMEDY_JOB"
-NODE_ENV = "NODEREMEDY_NODE"
-#: Environment of a pod remedy's containers: the remedy's name.
-REMEDY_ENV = "NODEREMEDY_REMEDY"
-#: Where the pod writes its outcome (the container's ``terminationMessagePath``).
-TERMINATION_LOG = "/dev/termination-log"
 #: The kubelet keeps at most this many bytes of a termination message.
 MAX_MESSAGE = 4096
-#: Finished Jobs are deleted this long after they end (seconds), unless their owner goes first.
-JOB_TTL_SECONDS = 3600
 #: The node remedy seed's Node annotations: when the node's latest remediation pod started (RFC 3339)
 #: and which Job runs it (``<namespace>/<name>``).
 TIMESTAMP_ANNOTATION = "remediation.noderemedy.io/remediation-timestamp"
 JOB_ANNOTATION = "remediation.noderemedy.io/remediation-job"
-#: Labels on every Job (and its pod) of the runner.
-JOB_LABELS = {
-    "app.kubernetes.io/managed-by": "noderemedy-runner",
-    "app.kubernetes.io/component": "remediation",
-}
 #: Seconds between two reads of a Job in flight.
 POLL_SECONDS = 1.0
-#: Custom resources that own their runs' Jobs: kind -> apiVersion.
-OWNER_KINDS = {NODEFENCE[3]: f"{NODEFENCE[0]}/{NODEFENCE[1]}"}
-
-
-def job_name(ident: str) -> str:
-    """The Job name of run ``ident``: the ident lowercased when it is a DNS-1123 label (at most 63
-    characters), else its first 52 characters and a 10-hex hash of the whole (still unique)."""
-    name = ident.lower().replace("_", "-").replace(".", "-").strip("-")
-    if len(name) <= 63 and name == ident.lower():
-        return name
-    digest = hashlib.sha256(ident.encode()).hexdigest()[:10]
-    return f"{name[:52].rstrip('-')}-{digest}"
 
 
 def outcome_to_dict(outcome: RunOutcome) -> dict[str, Any]:
@@ -126,172 +93,6 @@ def outcome_from_dict(doc: Mapping[str, Any], recovered: bool = False) -> RunOut
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"termination message: not a run outcome ({exc})") from exc
-
-
-def job_manifest(
-    *,
-    name: str,
-    namespace: str,
-    node: str,
-    run: Mapping[str, Any],
-    pod: Mapping[str, Any],
-    deadline: float,
-    owner: Mapping[str, Any] | None,
-) -> dict[str, Any]:
-    """The Job of one run (pure).
-
-    Args:
-        name: the Job name (:func:`job_name`).
-        namespace: the runner's namespace.
-        node: the node under remediation (``$NODEREMEDY_NODE``; the pod is kept off it).
-        run: the run description the pod executes (``playbook``, ``ident``, ``extravars``:
-            references only, checked by :class:`~noderemedy_runner.machines.actions.Action`).
-        pod: the runner pod's own spec (image, ServiceAccount, security contexts, node selector,
-            tolerations and pull policy are taken from it).
-        deadline: the run deadline, seconds (``activeDeadlineSeconds``).
-        owner: the custom resource (apiVersion, kind, metadata.name/uid) the Job belongs to.
-    """
-    spec = pod.get("spec") or {}
-    runner = (spec.get("containers") or [{}])[0]
-    keep_off = {
-        "matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "NotIn", "values": [node]}]
-    }
-    affinity: dict[str, Any] = {
-        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [keep_off]}}
-    }
-    container = {
-        "name": "remedy",
-        "image": runner.get("image"),
-        "imagePullPolicy": runner.get("imagePullPolicy", "IfNotPresent"),
-        "args": ["noderemedy-runner", "--job-run"],
-        "env": [
-            {"name": JOB_ENV, "value": json.dumps(dict(run), sort_keys=True)},
-            {"name": NODE_ENV, "value": node},
-            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-            {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
-        ],
-        "terminationMessagePath": TERMINATION_LOG,
-        "terminationMessagePolicy": "File",
-        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
-    }
-    if runner.get("securityContext"):
-        container["securityContext"] = runner["securityContext"]
-    pod_spec: dict[str, Any] = {
-        "restartPolicy": "Never",
-        "serviceAccountName": spec.get("serviceAccountName", "default"),
-        "affinity": affinity,
-        "tolerations": list(spec.get("tolerations") or []),
-        "containers": [container],
-        "volumes": [{"name": "tmp", "emptyDir": {}}],
-    }
-    for key in ("securityContext", "nodeSelector", "priorityClassName"):
-        if spec.get(key):
-            pod_spec[key] = spec[key]
-    labels = {**JOB_LABELS, "remediation.noderemedy.io/node": node}
-    return _job(name, namespace, labels, owner, deadline, {"metadata": {"labels": labels}, "spec": pod_spec})
-
-
-def _job(
-    name: str,
-    namespace: str,
-    labels: Mapping[str, str],
-    owner: Mapping[str, Any] | None,
-    deadline: float,
-    template: Mapping[str, Any],
-) -> dict[str, Any]:
-    """A run's Job around pod ``template``: ``labels``, an owner reference to ``owner`` (when
-    given), no retries, ``deadline`` seconds, the TTL."""
-    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": dict(labels)}
-    if owner is not None:
-        ometa = owner.get("metadata") or {}
-        meta["ownerReferences"] = [
-            {
-                "apiVersion": owner.get("apiVersion"),
-                "kind": owner.get("kind"),
-                "name": ometa.get("name"),
-                "uid": ometa.get("uid"),
-            }
-        ]
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": meta,
-        "spec": {
-            "backoffLimit": 0,
-            "activeDeadlineSeconds": max(1, int(round(deadline))),
-            "ttlSecondsAfterFinished": JOB_TTL_SECONDS,
-            "template": dict(template),
-        },
-    }
-
-
-def remedy_job_manifest(
-    *,
-    name: str,
-    namespace: str,
-    node: str,
-    remedy: str,
-    template: Mapping[str, Any],
-    pod: Mapping[str, Any] | None,
-    deadline: float,
-    owner: Mapping[str, Any] | None,
-) -> dict[str, Any]:
-    """The Job of a pod remedy (the seed's ``remedyConfigs[].podTemplate``), pure.
-
-    The user's PodTemplateSpec runs as it is, with: ``restartPolicy: Never`` (retries belong to
-    the escalation), a required node affinity keeping it off ``node`` (added to each of the
-    template's own required terms), ``$NODEREMEDY_NODE``, ``$NODEREMEDY_REMEDY``, ``$POD_NAME`` and
-    ``$POD_NAMESPACE`` in every container (the seed: the node comes in through the environment),
-    and, when the template sets none, the runner pod's node selector and tolerations (so it runs
-    wherever the runner may, also while other nodes are tainted). Its ServiceAccount is the
-    template's own (else the namespace's ``default``): the pod reads what it needs itself.
-
-    Args:
-        name: the Job name (:func:`noderemedy_runner.machines.remedies.remedy_job_name`).
-        namespace: the runner's namespace.
-        node: the node under remediation.
-        remedy: the remedy's name (label and env).
-        template: the PodTemplateSpec (``metadata``, ``spec``), already shape-checked by the
-            configuration; the API server has the last word (a refused Job is a failed remedy).
-        pod: the runner pod's own object, or None (a runner outside the cluster).
-        deadline: seconds (``activeDeadlineSeconds``: the remedy's period, else the run deadline).
-        owner: the NodeFence (apiVersion, kind, metadata.name/uid), or None.
-    """
-    tmeta = dict(template.get("metadata") or {})
-    spec = json.loads(json.dumps(template.get("spec") or {}))  # a deep copy
-    runner = (pod or {}).get("spec") or {}
-    keep_off = {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": [node]}
-    required = (
-        spec.setdefault("affinity", {})
-        .setdefault("nodeAffinity", {})
-        .setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
-    )
-    terms = required.get("nodeSelectorTerms") or [{}]
-    required["nodeSelectorTerms"] = [
-        {**t, "matchExpressions": [*(t.get("matchExpressions") or []), keep_off]} for t in terms
-    ]
-    env: list[dict[str, Any]] = [
-        {"name": NODE_ENV, "value": node},
-        {"name": REMEDY_ENV, "value": remedy},
-        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-        {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
-    ]
-    ours = {str(e["name"]) for e in env}
-    for c in spec.get("containers") or []:
-        c["env"] = [*(e for e in c.get("env") or [] if e.get("name") not in ours), *env]
-    spec["restartPolicy"] = "Never"
-    for key in ("nodeSelector", "tolerations"):
-        if not spec.get(key) and runner.get(key):
-            spec[key] = runner[key]
-    labels = {
-        **{str(k): str(v) for k, v in (tmeta.get("labels") or {}).items()},
-        **JOB_LABELS,
-        "remediation.noderemedy.io/node": node,
-        "remediation.noderemedy.io/remedy": remedy,
-    }
-    return _job(
-        name, namespace, labels, owner, deadline, {"metadata": {**tmeta, "labels": labels}, "spec": spec}
-    )
 
 
 #: Reasons a container of a Job's pod waits with that will not pass by themselves: the run ends
@@ -546,62 +347,46 @@ class JobExecutor(Executor):
         self.pod = pod
         self.jobs = JobRuns(api_client, namespace)
 
-    def run(
-        self,
-        action: Action,
-        *,
-        kind: str,
-        name: str,
-        namespace: str | None = None,
-        uid: str = "",
-        ident: str | None = None,
-        extra_extravars: Mapping[str, Any] | None = None,
-        cancel: threading.Event | None = None,
-        priority: int = 0,
-    ) -> RunOutcome:
+    def perform(self, req: RunRequest) -> RunOutcome:
         """:meth:`Executor.run` as a Job named after the run's ident (see the module docstring)."""
-        if action.playbook is None:
-            raise ExecutorError(f"action {action.kind} has no playbook")
-        run_ident = check_ident(ident or action.ident or f"{action.kind}-{int(time.time() * 1000)}")
-        extravars = dict(action.extravars)
-        if extra_extravars:
-            Action(kind="none", extravars=dict(extra_extravars))  # the references-only check
-            extravars.update(extra_extravars)
-        node = str(extravars.get("node") or "")
-        jname = job_name(run_ident)
+        node = str(req.extravars.get("node") or "")
+        jname = job_name(req.ident)
         existing = self.jobs.read(jname)
-        if existing is not None and (not uid or owned_by(existing, uid)):
-            log.info("run %s: Job %s already exists: adopted", run_ident, jname)
-            return self.jobs.wait(existing, run_ident, cancel or threading.Event(), recovered=True)
-        cancel = cancel or threading.Event()
-        if not self.slots.acquire(priority, cancel):
-            return RunOutcome(run_ident, "canceled", None)
+        if existing is not None and (not req.uid or owned_by(existing, req.uid)):
+            log.info("run %s: Job %s already exists: adopted", req.ident, jname)
+            return self.jobs.wait(existing, req.ident, req.cancel, recovered=True)
+        if not self.slots.acquire(req.priority, req.cancel):
+            return RunOutcome(req.ident, "canceled", None)
         try:
-            group_version = OWNER_KINDS.get(kind)
+            group_version = OWNER_KINDS.get(req.kind)
             owner = (
-                {"apiVersion": group_version, "kind": kind, "metadata": {"name": name, "uid": uid}}
-                if group_version and uid and namespace is None
+                {
+                    "apiVersion": group_version,
+                    "kind": req.kind,
+                    "metadata": {"name": req.name, "uid": req.uid},
+                }
+                if group_version and req.uid and req.namespace is None
                 else None
             )
             body = job_manifest(
                 name=jname,
                 namespace=self.namespace,
                 node=node,
-                run={"playbook": action.playbook, "ident": run_ident, "extravars": extravars},
+                run={"playbook": req.playbook, "ident": req.ident, "extravars": dict(req.extravars)},
                 pod=self.pod,
                 deadline=self.run_deadline,
                 owner=owner,
             )
-            log.info("run %s: %s for %s %s as Job %s", run_ident, action.playbook, kind, name, jname)
+            log.info("run %s: %s for %s %s as Job %s", req.ident, req.playbook, req.kind, req.name, jname)
             try:
                 job, adopted, error = self.jobs.start(
-                    body, ident=run_ident, uid=uid, node=node, kind=kind, name=name
+                    body, ident=req.ident, uid=req.uid, node=node, kind=req.kind, name=req.name
                 )
             except KubeError as exc:
-                return RunOutcome(run_ident, "error", None, failed_tasks=(f"Job {jname}: {exc}",))
+                return RunOutcome(req.ident, "error", None, failed_tasks=(f"Job {jname}: {exc}",))
             if job is None:
-                return RunOutcome(run_ident, "error", None, failed_tasks=(error,))
-            return self.jobs.wait(job, run_ident, cancel, recovered=adopted)
+                return RunOutcome(req.ident, "error", None, failed_tasks=(error,))
+            return self.jobs.wait(job, req.ident, req.cancel, recovered=adopted)
         finally:
             self.slots.release()
 
@@ -648,17 +433,11 @@ def job_run(playbook_dir: Path | None = None, data_dir: Path = Path("/tmp/nodere
 
 __all__ = [
     "JOB_ANNOTATION",
-    "JOB_ENV",
-    "JOB_LABELS",
+    "MAX_MESSAGE",
     "STUCK_REASONS",
     "JobRuns",
     "TIMESTAMP_ANNOTATION",
-    "NODE_ENV",
-    "REMEDY_ENV",
-    "remedy_job_manifest",
     "JobExecutor",
-    "job_manifest",
-    "job_name",
     "job_run",
     "outcome_from_dict",
     "outcome_to_dict",

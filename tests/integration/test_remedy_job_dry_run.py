@@ -5,7 +5,7 @@ writes (the ``env`` Secret-key and ``configmaps`` shorthand), full EnvVar maps, 
 names, and values Kubernetes refuses (upper-case names, names over 63 characters, bad keys,
 untrimmed images...). Each one is loaded as ``--check-config`` loads it: refused, the error names
 the ``remedyConfigs`` field; accepted, every pod remedy's Job
-(:func:`noderemedy_runner.jobs.remedy_job_manifest`, as the runner renders it) is sent to the lab's
+(:func:`noderemedy_runner.job_manifests.remedy_job_manifest`, as the runner renders it) is sent to the lab's
 API server with server-side dry run (``dryRun=All``: validated and admitted, never stored), and
 none may be refused. The design's own example Configuration (verbatim) is sent the same way.
 """
@@ -26,7 +26,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from noderemedy_runner.config.remedy import ConfigError, ConfigurationSet, parse_configurations
-from noderemedy_runner.jobs import remedy_job_manifest
+from noderemedy_runner.job_manifests import remedy_job_manifest
 from noderemedy_runner.machines.remedies import remedy_job_name
 
 pytestmark = [pytest.mark.lab, pytest.mark.kube]

@@ -41,7 +41,8 @@ from test_real_node_fencing import (  # noqa: F401 - fixtures are used by name
 from test_runner_e2e import OOS, FenceNamespace, get_nf, nodefence
 from test_runner_guards import device_log
 
-from noderemedy_runner.jobs import JOB_ANNOTATION, TIMESTAMP_ANNOTATION, job_name
+from noderemedy_runner.job_manifests import job_name
+from noderemedy_runner.jobs import JOB_ANNOTATION, TIMESTAMP_ANNOTATION
 
 pytestmark = [pytest.mark.lab, pytest.mark.kube]
 

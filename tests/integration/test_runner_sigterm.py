@@ -43,7 +43,7 @@ from test_runner_e2e import (  # noqa: F401 - fixtures are used by name
 )
 from test_runner_restart import NF, hung, in_flight, power_sets  # noqa: F401 - hung is a fixture
 
-from noderemedy_runner.jobs import job_name
+from noderemedy_runner.job_manifests import job_name
 from noderemedy_runner.run_processes import RUN_MARKER
 
 pytestmark = [pytest.mark.lab, pytest.mark.kube]

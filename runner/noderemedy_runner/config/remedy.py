@@ -40,7 +40,7 @@ Remedies (the seed's ``remedyConfigs``; escalation as NodeHealthCheck's
       executor: job                  # no podTemplate: the fence flow, its runs here as Jobs
 
 A remedy whose name has a ``podTemplate`` runs that template as a Job
-(:func:`noderemedy_runner.jobs.remedy_job_manifest`); every other name is the fence flow of
+(:func:`noderemedy_runner.job_manifests.remedy_job_manifest`); every other name is the fence flow of
 ``fence-config-<node>``, its runs in the runner's process or as Jobs (``executor``; default: the
 runner's ``--executor``). The seed's container shorthand (``env`` as Secret keys, ``configmaps``)
 is expanded at load time (:mod:`noderemedy_runner.config.podtemplate`). The remedies of ``remedy1``, ``remedy2``, ... run in that order (the

@@ -20,6 +20,7 @@ What it writes (all decided by the pure :mod:`~noderemedy_runner.machines.detect
   ``<configuration>.json`` holding a ``StormGuardActive`` condition (reason TooManyUnhealthy /
   Cooldown / WithinLimit / Disabled, message with the counts) plus ``since``/``endedAt``; a new
   leader restores the storm state (and so the cooldown) from it. Events go on that ConfigMap.
+  The record's shape and its Events are :mod:`noderemedy_runner.loops.storm_status`'s.
 * **Events** (core/v1, component ``noderemedy-runner``, messages prefixed ``[remediation]``
   like medik8s): on the Node and the NodeFence when one is created (``NodeFenceCreated``) or
   cancelled (``NodeFenceCancelled``); on the Node when an unhealthy node is refused
@@ -51,10 +52,11 @@ from noderemedy_runner.kube.client import api
 from noderemedy_runner.kube.errors import Conflict, KubeError, NotFound
 from noderemedy_runner.kube.events import COMPONENT, EventRecorder
 from noderemedy_runner.kube.informer import Informer
-from noderemedy_runner.kube.leases import NodeLeases
+from noderemedy_runner.kube.leases import MANAGED_BY_LABEL, NodeLeases
 from noderemedy_runner.logs import bind
+from noderemedy_runner.loops.storm_status import STATUS_CONFIGMAP, StatusConfigMap, changed, storm_event
 from noderemedy_runner.machines import detection as detect
-from noderemedy_runner.machines.conditions import Condition, format_time, parse_time, set_condition
+from noderemedy_runner.machines.conditions import format_time
 from noderemedy_runner.machines.deletion import FINALIZER
 from noderemedy_runner.machines.detection import Assessment, FenceInfo, NodeInfo, Plan, Refusal
 from noderemedy_runner.machines.nodefence import (
@@ -71,9 +73,6 @@ from noderemedy_runner.metrics import Metrics
 log = logging.getLogger("noderemedy_runner.loops.detector")
 
 GROUP, VERSION, PLURAL, KIND = "remediation.noderemedy.io", "v1alpha1", "nodefences", "NodeFence"
-STATUS_CONFIGMAP = "noderemedy-status"
-STORM_CONDITION = "StormGuardActive"
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 ANNOTATION_PREFIX = "remediation.noderemedy.io/"
 
 
@@ -119,6 +118,7 @@ class Detector:
         self.resync = resync
         self.leases = NodeLeases(api_client, namespace, f"noderemedy-runner/{identity}", node_lease_seconds)
         self.events = EventRecorder(api_client, identity, enabled=not dry_run, asynchronous=True)
+        self.status = StatusConfigMap(self.core, namespace)
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="detector")
         # status ConfigMap writes: one ordered background writer, off the detection path
         self._status_writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="status")
@@ -212,87 +212,10 @@ class Detector:
     # --- storm status ---------------------------------------------------------------------------
     def restore_storms(self) -> None:
         """Load the storm state (and so a running cooldown) from the status ConfigMap, if any."""
-        try:
-            cm = self.core.read_namespaced_config_map(STATUS_CONFIGMAP, self.namespace)
-        except NotFound:
-            return
-        except KubeError as exc:
-            log.warning("status ConfigMap unreadable: %s", exc)
-            return
-        for cfg in self.configs.configurations:
-            raw = (cm.data or {}).get(f"{cfg.name}.json")
-            if not raw:
-                continue
-            try:
-                doc = json.loads(raw)
-                self._storms[cfg.name] = StormState(
-                    active=bool(doc.get("active")),
-                    storm=bool(doc.get("storm")),
-                    since=parse_time(doc["since"]) if doc.get("since") else None,
-                    ended_at=parse_time(doc["endedAt"]) if doc.get("endedAt") else None,
-                    total=int(doc.get("total", 0)),
-                    unhealthy=int(doc.get("unhealthy", 0)),
-                    reason=str(doc.get("reason", "WithinLimit")),
-                )
-            except (ValueError, KeyError, TypeError) as exc:
-                log.warning("status ConfigMap key %s.json ignored: %s", cfg.name, exc)
-
-    def _write_storm_status(self, name: str, state: StormState, now: float) -> None:
-        key = f"{name}.json"
-        try:
-            try:
-                cm = self.core.read_namespaced_config_map(STATUS_CONFIGMAP, self.namespace)
-                data = dict(cm.data or {})
-            except NotFound:
-                cm, data = None, {}
-            old: tuple[Any, ...] = ()
-            if data.get(key):
-                try:
-                    old = tuple(Condition.from_dict(c) for c in json.loads(data[key]).get("conditions", ()))
-                except (ValueError, TypeError):
-                    old = ()
-            conds = set_condition(
-                old, STORM_CONDITION, "True" if state.active else "False", state.reason, state.message, now
-            )
-            doc = {
-                "configuration": name,
-                "active": state.active,
-                "storm": state.storm,
-                "total": state.total,
-                "unhealthy": state.unhealthy,
-                "allowed": state.allowed,
-                "reason": state.reason,
-                "message": state.message,
-                "since": format_time(state.since) if state.since is not None else None,
-                "endedAt": format_time(state.ended_at) if state.ended_at is not None else None,
-                "conditions": [c.to_dict() for c in conds],
-            }
-            data[key] = json.dumps(doc, indent=1)
-            if cm is None:
-                body = client.V1ConfigMap(
-                    metadata=client.V1ObjectMeta(
-                        name=STATUS_CONFIGMAP, namespace=self.namespace, labels={MANAGED_BY_LABEL: COMPONENT}
-                    ),
-                    data=data,
-                )
-                self.core.create_namespaced_config_map(self.namespace, body)
-            else:
-                cm.data = data
-                self.core.replace_namespaced_config_map(STATUS_CONFIGMAP, self.namespace, cm)
-        except KubeError as exc:
-            log.warning("status ConfigMap not written: %s", exc)
-
-    def _status_ref(self) -> dict[str, str]:
-        return {
-            "kind": "ConfigMap",
-            "apiVersion": "v1",
-            "name": STATUS_CONFIGMAP,
-            "namespace": self.namespace,
-        }
+        self._storms.update(self.status.restore(cfg.name for cfg in self.configs.configurations))
 
     def _report_storm(self, name: str, old: StormState | None, new: StormState, now: float) -> None:
-        sig_old = (old.active, old.reason, old.unhealthy, old.total) if old else None
-        if sig_old == (new.active, new.reason, new.unhealthy, new.total):
+        if not changed(old, new):
             return
         slog = bind(log, resource=f"ConfigMap/{self.namespace}/{STATUS_CONFIGMAP}")
         slog.info(
@@ -303,23 +226,10 @@ class Detector:
         )
         if self.dry_run:
             return
-        was_active = bool(old and old.active)
-        if new.active and new.storm and not (old and old.storm):
-            self.events.record(
-                self._status_ref(), "Warning", "StormGuardActive", f"Configuration {name}: {new.message}"
-            )
-        elif new.active and not new.storm and old and old.storm:
-            self.events.record(
-                self._status_ref(), "Normal", "StormGuardCooldown", f"Configuration {name}: {new.message}"
-            )
-        elif was_active and not new.active:
-            self.events.record(
-                self._status_ref(),
-                "Normal",
-                "StormGuardCleared",
-                f"Configuration {name}: fencing resumes; {new.message}",
-            )
-        self._status_writer.submit(self._write_storm_status, name, new, now)
+        event = storm_event(name, old, new)
+        if event is not None:
+            self.events.record(self.status.ref(), *event)
+        self._status_writer.submit(self.status.write, name, new, now)
 
     # --- one pass ----------------------------------------------------------------------------------
     def reconcile_once(self, now: float | None = None, wait: bool = True) -> Plan:
@@ -676,4 +586,4 @@ class Detector:
         self.close()
 
 
-__all__ = ["STATUS_CONFIGMAP", "STORM_CONDITION", "Detector"]
+__all__ = ["Detector"]

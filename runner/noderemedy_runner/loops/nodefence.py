@@ -42,7 +42,7 @@ from noderemedy_runner.config.fence import (
     parse_fence_config,
     required_templates,
 )
-from noderemedy_runner.executor import Executor, RunOutcome, fence_reading
+from noderemedy_runner.executor import Executor
 from noderemedy_runner.kube.errors import Conflict, KubeError
 from noderemedy_runner.kube.resources import (
     NODEFENCE,
@@ -105,6 +105,7 @@ from noderemedy_runner.machines.remedies import (
 )
 from noderemedy_runner.machines.threshold import ThresholdError, judge, threshold_from_spec
 from noderemedy_runner.observer import Observer
+from noderemedy_runner.outcomes import RunOutcome, fence_reading
 
 log = logging.getLogger(__name__)
 

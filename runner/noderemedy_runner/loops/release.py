@@ -9,7 +9,6 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from noderemedy_runner.executor import Release as RunRelease
 from noderemedy_runner.kube.resources import KubeIO
 from noderemedy_runner.loops.memory import release_key, taint_event
 from noderemedy_runner.machines.nodefence import NodeFenceStatus
@@ -24,6 +23,7 @@ from noderemedy_runner.machines.release import (
     old_pods,
     stale_pods,
 )
+from noderemedy_runner.outcomes import Release as RunRelease
 
 
 def observe_left(kube: KubeIO, node: str, since: float | None) -> LeftOnNode:

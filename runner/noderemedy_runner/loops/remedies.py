@@ -4,8 +4,8 @@
 The template is looked up in this runner's own Configurations (the NodeFence annotation
 ``remediation.noderemedy.io/configuration`` names the Configuration; the action the remedy), never
 read from the NodeFence: who may create a NodeFence may not choose what runs. The Job
-(:func:`noderemedy_runner.jobs.remedy_job_manifest`) is created or adopted by its name (the same
-after a restart, so a runner killed during a remedy adopts the Job instead of starting a second
+(:func:`noderemedy_runner.job_manifests.remedy_job_manifest`) is created or adopted by its name
+(the same after a restart, so a runner killed during a remedy adopts the Job instead of starting a second
 one), and its end is read back from the Job's conditions and its pod's container states: a
 Complete Job is a remedy that succeeded; a failed pod, the deadline (the remedy's period), an image
 that cannot be pulled, a template that cannot be rendered into a Job or that the API server
@@ -22,7 +22,8 @@ from typing import Any
 
 from noderemedy_runner.config.remedy import ConfigurationSet
 from noderemedy_runner.executor import Executor
-from noderemedy_runner.jobs import OWNER_KINDS, JobRuns, remedy_job_manifest
+from noderemedy_runner.job_manifests import OWNER_KINDS, remedy_job_manifest
+from noderemedy_runner.jobs import JobRuns
 from noderemedy_runner.loops.memory import meta_of
 from noderemedy_runner.machines.actions import Action
 from noderemedy_runner.machines.remedies import PodRemedyResult

@@ -112,7 +112,7 @@ class FenceReading:
     ``source`` names what was read (a fence method, a BareMetalHost); ``observed_at`` is seconds
     since the epoch. Built by the executor from what a run's own evidence task chose
     (``roles/fence_step/tasks/evidence.yml``, the one place the rule lives:
-    :func:`noderemedy_runner.executor.fence_reading`), from a BareMetalHost's power read-back, or
+    :func:`noderemedy_runner.outcomes.fence_reading`), from a BareMetalHost's power read-back, or
     from an admin's confirmation.
     """
 

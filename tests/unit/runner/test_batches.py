@@ -24,8 +24,9 @@ from noderemedy_runner.batches import (
     host_stats,
     rotate_batches,
 )
-from noderemedy_runner.executor import Executor, RunOutcome
+from noderemedy_runner.executor import Executor
 from noderemedy_runner.machines.actions import Action
+from noderemedy_runner.outcomes import RunOutcome
 
 
 def ev(kind: str, host: str, **data: object) -> dict[str, Any]:

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from noderemedy_runner.cli import build_parser, main
+from noderemedy_runner.arguments import POLICY_FIELDS, build_parser, parse_args, policy, run_env
+from noderemedy_runner.cli import main
 
 
 def test_help_explains_what_it_does(capsys: pytest.CaptureFixture[str]) -> None:
@@ -161,6 +162,40 @@ def test_policy_flags_default_to_the_machine_defaults() -> None:
     assert (args.grace_seconds, args.poll_interval, args.run_env) == (0.0, 0.5, [])
     args = build_parser().parse_args(["--run-env", "A=1", "--run-env", "B=x=y", "--reconcile-only"])
     assert args.run_env == ["A=1", "B=x=y"] and args.reconcile_only and not args.detect_only
+    assert run_env(args) == {"A": "1", "B": "x=y"}
+
+
+def test_every_policy_flag_reaches_the_machine() -> None:
+    """Each NodeFencePolicy flag sets its own field (a flag wired to the wrong field, or to none,
+    would leave a default here)."""
+    from dataclasses import asdict, fields
+
+    from noderemedy_runner.machines.nodefence import NodeFencePolicy
+
+    flags = {
+        "--grace-seconds": "1.5",
+        "--step-retries": "7",
+        "--retry-delay": "2.5",
+        "--recovery-timeout": "33",
+        "--max-restarts": "4",
+        "--restart-delay": "9",
+        "--max-power-fencing": "3",
+        "--max-pods-released-per-minute": "11",
+    }
+    got = policy(parse_args([word for flag, value in flags.items() for word in (flag, value)]))
+    assert asdict(got) == {
+        "grace_seconds": 1.5,
+        "step_retries": 7,
+        "retry_delay_seconds": 2.5,
+        "recovery_timeout_seconds": 33.0,
+        "max_restarts": 4,
+        "restart_delay_seconds": 9.0,
+        "max_power_fencing": 3,
+        "max_pods_released_per_minute": 11,
+    }
+    assert {f.name for f in fields(NodeFencePolicy)} == set(POLICY_FIELDS.values())
+    # each value differs from the machine's default, so none of them passed by being one
+    assert all(getattr(got, f) != getattr(NodeFencePolicy(), f) for f in POLICY_FIELDS.values())
 
 
 REMEDY_CHAIN = (

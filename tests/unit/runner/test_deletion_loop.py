@@ -13,7 +13,6 @@ from kubernetes import client
 from test_kube_layer import NODE, FakeExecutor, FakeKube, HeldLeases, no_guards, reconciler  # noqa: F401
 
 from noderemedy_runner.config.remedy import parse_configurations
-from noderemedy_runner.executor import RunOutcome
 from noderemedy_runner.kube.errors import KubeError
 from noderemedy_runner.loops.deletion import FINALIZER_FORBIDDEN
 from noderemedy_runner.loops.detector import Detector
@@ -22,6 +21,7 @@ from noderemedy_runner.machines.deletion import FINALIZER, cleanup_ident
 from noderemedy_runner.machines.detection import Assessment, NodeCondition, NodeInfo
 from noderemedy_runner.machines.nodefence import NodeFencePolicy, run_ident
 from noderemedy_runner.metrics import Metrics
+from noderemedy_runner.outcomes import RunOutcome
 
 DELETED = "2026-01-01T00:10:00Z"
 

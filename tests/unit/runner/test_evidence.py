@@ -13,16 +13,16 @@ from typing import Any
 import ansible_runner  # type: ignore[import-untyped]
 import pytest
 
-from noderemedy_runner.executor import (
+from noderemedy_runner.executor import Executor
+from noderemedy_runner.machines.actions import Action
+from noderemedy_runner.outcomes import (
     EVIDENCE_FACT,
     READING_FACT,
-    Executor,
     RunOutcome,
     StepEvidence,
     evidence_from_events,
     fence_reading,
 )
-from noderemedy_runner.machines.actions import Action
 
 
 def method(name: str, device_type: str, action: str, verified: bool) -> dict[str, Any]:

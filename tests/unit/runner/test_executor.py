@@ -12,16 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from noderemedy_runner.executor import (
-    Executor,
-    ExecutorError,
-    RunOutcome,
-    link_collection,
-    parse_events,
-    private_dir_name,
-    release_from_events,
-)
+from noderemedy_runner.executor import Executor, ExecutorError, link_collection, private_dir_name
 from noderemedy_runner.machines.actions import Action, ActionError
+from noderemedy_runner.outcomes import RunOutcome, parse_events, release_from_events
 from noderemedy_runner.run_processes import RUN_SETTINGS
 
 

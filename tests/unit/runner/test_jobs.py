@@ -7,17 +7,9 @@ import json
 
 import pytest
 
-from noderemedy_runner.executor import ModuleResult, Release, RunOutcome, StepEvidence
-from noderemedy_runner.jobs import (
-    JOB_ENV,
-    MAX_MESSAGE,
-    NODE_ENV,
-    job_manifest,
-    job_name,
-    outcome_from_dict,
-    outcome_to_dict,
-    owned_by,
-)
+from noderemedy_runner.job_manifests import JOB_ENV, NODE_ENV, job_manifest, job_name
+from noderemedy_runner.jobs import MAX_MESSAGE, outcome_from_dict, outcome_to_dict, owned_by
+from noderemedy_runner.outcomes import ModuleResult, Release, RunOutcome, StepEvidence
 
 RUNNER_POD = {
     "spec": {

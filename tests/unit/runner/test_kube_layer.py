@@ -17,7 +17,6 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import MaxRetryError, NewConnectionError, ReadTimeoutError
 
 from noderemedy_runner.config.remedy import parse_configurations
-from noderemedy_runner.executor import Release, RunOutcome, StepEvidence
 from noderemedy_runner.kube import retry
 from noderemedy_runner.kube.client import REQUEST_TIMEOUT, api
 from noderemedy_runner.kube.errors import Conflict, KubeError, NotFound, classify
@@ -30,6 +29,7 @@ from noderemedy_runner.machines import actions as act
 from noderemedy_runner.machines.detection import Assessment, NodeCondition, NodeInfo
 from noderemedy_runner.machines.nodefence import NodeFencePolicy
 from noderemedy_runner.metrics import Metrics
+from noderemedy_runner.outcomes import Release, RunOutcome, StepEvidence
 
 NODE = "worker-1"
 

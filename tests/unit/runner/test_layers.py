@@ -6,12 +6,13 @@ import under TYPE_CHECKING still ties the two modules together for a reader and 
 rules hold:
 
 - **No import cycle** between modules (a module importing itself through others).
-- **Layer order** (docs/runner.md "Layout"): ``cli`` → ``loops`` → executors (``executor``,
-  ``jobs``, ``playbooks``, ``run_processes``) → ``machines`` (pure decisions) → ``config`` and
-  the plain types below them; ``kube`` (the one place for API calls) beside loops and
-  executors, importing none of cli/loops/executors/machines, and imported by no pure decision
-  code. A module imports only from its own layer or a lower one. In ``plugins/``, modules import
-  ``module_utils``, never the other way.
+- **Layer order** (docs/runner.md "Layout"): ``cli`` (``cli``, ``arguments``) → ``loops`` →
+  executors (``executor``, ``outcomes``, ``jobs``, ``job_manifests``, ``playbooks``,
+  ``run_processes``) → ``machines`` (pure decisions) → ``config`` and the plain types below
+  them; ``kube`` (the one place for API calls) beside loops and executors, importing none of
+  cli/loops/executors/machines, and imported by no pure decision code. A module imports only
+  from its own layer or a lower one. In ``plugins/``, modules import ``module_utils``, never
+  the other way.
 
 The layer of every runner module is named in :data:`LAYERS`: a new top-level module fails the
 test until it is placed, so the map stays the one description of the layering.
@@ -33,9 +34,12 @@ COLLECTION_PREFIX = "ansible_collections.noderemedy.core."
 #: longest matching prefix wins).
 LAYERS: dict[str, str] = {
     "noderemedy_runner.cli": "cli",
+    "noderemedy_runner.arguments": "cli",  # the command line's flags and their checks
     "noderemedy_runner.loops": "loops",
     "noderemedy_runner.executor": "executors",
     "noderemedy_runner.jobs": "executors",
+    "noderemedy_runner.job_manifests": "executors",  # pure, but names the Jobs the executors make
+    "noderemedy_runner.outcomes": "executors",  # what a run did, read from its job events
     "noderemedy_runner.batches": "executors",  # runs of many hosts at once, beside the executor
     "noderemedy_runner.playbooks": "executors",
     "noderemedy_runner.run_processes": "executors",

@@ -11,9 +11,9 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from noderemedy_runner.executor import ModuleResult, RunOutcome
 from noderemedy_runner.loops.metal3 import Metal3RemediationReconciler
 from noderemedy_runner.machines.actions import Action
+from noderemedy_runner.outcomes import ModuleResult, RunOutcome
 
 NS, NAME, NODE = "m3", "machine-a", "worker-1"
 ADDRESS = "ipmi://127.0.0.1:9001"

@@ -21,7 +21,7 @@ from noderemedy_runner.config.podtemplate import (
     volume_name,
 )
 from noderemedy_runner.config.remedy import ConfigError, parse_configurations
-from noderemedy_runner.jobs import remedy_job_manifest
+from noderemedy_runner.job_manifests import remedy_job_manifest
 
 #: The design documents' example, copied verbatim.
 DESIGN_EXAMPLE = Path(__file__).resolve().parent / "data" / "design-examples" / "remedy-configuration.yaml"

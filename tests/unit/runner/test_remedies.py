@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from nodefence_world import NAME, NODE, T0, fence_config
 
-from noderemedy_runner.jobs import NODE_ENV, REMEDY_ENV, remedy_job_manifest
+from noderemedy_runner.job_manifests import NODE_ENV, REMEDY_ENV, remedy_job_manifest
 from noderemedy_runner.machines.actions import Action
 from noderemedy_runner.machines.conditions import find_condition
 from noderemedy_runner.machines.nodefence import (
