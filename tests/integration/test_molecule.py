@@ -72,9 +72,17 @@ def molecule_env(lab_kube, collections_path: Path) -> dict[str, str]:
 
 
 def lab_snapshot(lab) -> dict:
-    """What the scenarios touch, as the peers report it: node readiness, schedulability and power
-    label (API server), the last node's BMC power (ipmitool) and leftover molecule namespaces."""
-    nodes = json.loads(lab.kubectl("get", "nodes", "-o", "json", check=True).stdout)["items"]
+    """What the scenarios touch, as the peers report it: the kwok nodes' readiness,
+    schedulability and power label (API server), the last node's BMC power (ipmitool) and leftover
+    molecule namespaces. The lab's real nodes, if this worker started them, are left out: no
+    scenario addresses them, and their kubelets' own restarts are not the scenario's doing."""
+    kwok = set(lab.info["nodes"])
+    nodes = [
+        n
+        for n in json.loads(lab.kubectl("get", "nodes", "-o", "json", check=True).stdout)["items"]
+        if n["metadata"]["name"] in kwok
+    ]
+    assert len(nodes) == len(kwok), f"nodes missing: {sorted(kwok - {n['metadata']['name'] for n in nodes})}"
     ready = {
         n["metadata"]["name"]: next(c["status"] for c in n["status"]["conditions"] if c["type"] == "Ready")
         for n in nodes
