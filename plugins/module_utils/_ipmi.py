@@ -84,6 +84,15 @@ CIPHER_SUITES = {3: 1, 17: 256}
 #: Chassis Control data byte (IPMI v2.0 section 28.3).
 CHASSIS_CONTROL = {OFF: 0, ON: 1, "cycle": 2}
 
+#: Seconds to wait for the answer to a Chassis Control before pyghmi sends it again (at most
+#: ``power_timeout``). pyghmi's own first wait is 0.5-1 s, and a BMC carries out every copy it
+#: receives (IPMI over UDP has no duplicate suppression for a retransmitted request: pyghmi's
+#: session.py says as much of chassis reset): OpenIPMI's ``ipmi_sim`` answers only once its
+#: chassis-control hook has run, and real BMCs may answer only once the power changed, so a BMC
+#: slower than a second powered off twice, or would cycle twice. A lost packet is still sent again,
+#: after this wait.
+CHASSIS_CONTROL_ANSWER_WAIT = 5.0
+
 #: IPMI completion codes -> error class (IPMI v2.0 table 5-2).
 _CC_PRIVILEGE = 0xD4
 
@@ -347,11 +356,14 @@ class IpmiDriver(FenceDriver):
         except Exception:  # a failed logout must not mask the result
             pass
 
-    def _command(self, command: int, data: list[int]) -> Any:
+    def _command(self, command: int, data: list[int], answer_wait: float | None = None) -> Any:
+        """Send chassis command ``command`` (netfn 0x00) with ``data``; its answer (pyghmi's dict).
+        ``answer_wait``: seconds before the first retransmit (None: pyghmi's 0.5-1 s). Raises
+        UnreachableError, DeviceTimeoutError, PrivilegeError or RejectedError."""
         if self._session is None:
             raise UnreachableError("no IPMI session (open() not called or it failed)", self.target)
         try:
-            rsp = self._session.raw_command(netfn=0x00, command=command, data=data)
+            rsp = self._session.raw_command(netfn=0x00, command=command, data=data, timeout=answer_wait)
         except pyghmi_exc.IpmiException as exc:
             raise DeviceTimeoutError(f"BMC stopped answering: {exc}", self.target) from None
         code = rsp.get("code", 0)
@@ -380,8 +392,11 @@ class IpmiDriver(FenceDriver):
         return ON if data[0] & 1 else OFF
 
     def set_state(self, plug: str, state: str) -> None:
-        """Chassis Control ``power down`` (off) / ``power up`` (on) / ``power cycle`` (cycle)."""
-        self._command(0x02, [CHASSIS_CONTROL[state]])
+        """Chassis Control ``power down`` (off) / ``power up`` (on) / ``power cycle`` (cycle), sent
+        once and waited for :data:`CHASSIS_CONTROL_ANSWER_WAIT` seconds (at most ``power_timeout``)
+        before it is sent again."""
+        wait = min(CHASSIS_CONTROL_ANSWER_WAIT, max(float(self.power_timeout), 1.0))
+        self._command(0x02, [CHASSIS_CONTROL[state]], answer_wait=wait)
 
     def cycle(self, check_mode: bool = False) -> dict[str, Any]:
         """Chassis Control ``power cycle``: NOT verified (the BMC cycles on its own).

@@ -30,6 +30,7 @@ from ansible_collections.noderemedy.core.plugins.module_utils._fence import (
 from ansible_collections.noderemedy.core.plugins.module_utils._ipmi import IpmiDriver
 from ansible_collections.noderemedy.core.plugins.module_utils._kube import KubeError
 from ansible_collections.noderemedy.core.plugins.module_utils._taint import validate_fence_evidence
+from noderemedy_lab.bmc import power_sets
 
 pytestmark = pytest.mark.lab
 MODULE = "noderemedy.core.ipmi_power"
@@ -310,3 +311,29 @@ def test_credentials_from_the_environment(lab, bmc0, run_playbook) -> None:
     assert out.get("failed") is not True, out
     assert out["power_state"] == "on"
     assert_no_secrets(out, bmc0["password"])
+
+
+def test_a_bmc_slow_to_answer_carries_out_each_power_command_once(lab, bmc0) -> None:
+    """A BMC that answers a Chassis Control 2 s after it got it (its hook sleeps first, as a loaded
+    ipmi_sim does, or a BMC that answers once the power changed) gets each off and on once: the
+    driver waits ``CHASSIS_CONTROL_ANSWER_WAIT`` seconds before pyghmi sends the request again,
+    and the BMC would carry out the copy too (its own power log counts what it did)."""
+    node_dir = Path(bmc0["power_file"]).parent
+    hook, kept = node_dir / "power_hook", node_dir / "power_hook.kept"
+    had_hook = hook.exists()
+    if had_hook:
+        hook.rename(kept)
+    hook.write_text("#!/bin/sh\nsleep 2\n" + (f'exec "{kept}" "$@"\n' if had_hook else ""))
+    hook.chmod(0o755)
+    start = len(power_sets(bmc0["power_log"], with_ignored=True))
+    driver = IpmiDriver(bmc0["host"], bmc0["username"], bmc0["password"], ipport=bmc0["port"])
+    try:
+        off = driver.run("off")
+        on = driver.run("on")
+    finally:
+        hook.unlink()
+        if had_hook:
+            kept.rename(hook)
+    assert off.verified_off_at is not None and on.after == {"chassis": "on"}, (off, on)
+    sets = [value for _, value in power_sets(bmc0["power_log"], with_ignored=True)[start:]]
+    assert sets == [0, 1], f"the BMC carried out {sets} for one off and one on"
