@@ -12,15 +12,24 @@ the kube-apiserver refuses (CrashLooping), revision 6 an encryption configuratio
 what revision 1 stored (a post-start hook never finishes: NotReady).
 
 Each case prints the time from the bad revision being written to the last-known-good kube-apiserver
-answering ``/readyz`` again, with the monitor timeout used.
+answering ``/readyz`` again, with the monitor timeout used. The monitor waits out its whole timeout
+before it falls back, so the cases pass the shortest timeouts that still give their verdict (none of
+them is about the defaults): 25 s for CrashLooping, which needs a second start after the kubelet's
+first back-off of 10 s; 30 s for EtcdUnhealthy and 25 s for NotReady, which need the kube-apiserver
+up and answering; 15 s for Unhealthy, which needs one start seen; 10 s for NeverStartedUp.
+
+The cases share one etcd and one image import (module scope); each installs revision 1 and has it
+marked good first, with manifests of its own (see :meth:`NodeApiserver.new_case`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -56,17 +65,22 @@ elif req["op"] == "post":
                                headers={"Content-Type": "application/json"}, method="POST")
     with urllib.request.urlopen(r, context=ctx, timeout=30) as resp:
         print(json.dumps({"status": resp.status}))
-else:
+else:  # "ready": GET /readyz until it is ok (or, with "want": False, until it is not) or "within" s pass
+    import time
     p = req["params"]
-    c = HttpProber(p["probe_url"], "kube-apiserver", p["probe_ca_cert"], p["probe_client_cert"],
-                   p["probe_client_key"], request_timeout=2.0).get("/readyz")
-    print(json.dumps({"ok": c.ok}))
+    prober = HttpProber(p["probe_url"], "kube-apiserver", p["probe_ca_cert"], p["probe_client_cert"],
+                        p["probe_client_key"], request_timeout=2.0)
+    want, deadline = req.get("want", True), time.monotonic() + req.get("within", 0)
+    while (ok := prober.get("/readyz").ok) != want and time.monotonic() < deadline:
+        time.sleep(0.25)
+    print(json.dumps({"ok": ok}))
 """
 
 
 def in_node(netns: str, op: str, params: dict, timeout: float, **extra) -> dict:
-    """Run ``op`` (``monitor``: the module's monitor; ``ready``: GET /readyz; ``post``: POST ``body``
-    to ``path``) in the node's network namespace, where the operand's 127.0.0.1 is."""
+    """Run ``op`` (``monitor``: the module's monitor; ``ready``: GET /readyz, repeated every 0.25 s
+    for up to ``within`` seconds until it is ``want`` (default True); ``post``: POST ``body`` to
+    ``path``) in the node's network namespace, where the operand's 127.0.0.1 is."""
     out = subprocess.run(
         ["nsenter", f"--net=/run/netns/{netns}", "--", sys.executable, "-c", IN_NODE,
          json.dumps({"op": op, "params": params, **extra})],
@@ -91,8 +105,19 @@ def pod(name: str, labels: dict, argv: list[str], pki: Path | None = None) -> di
     }
 
 
+def _remove(path: Path) -> None:
+    """Remove ``path``: a directory with its content, anything else (a symlink too) alone."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink()
+
+
 class NodeApiserver:
-    def __init__(self, lab, tmp: Path) -> None:
+    """The test's etcd (started here, as a static pod) and the kube-apiserver revisions of ``NODE``
+    under ``tmp``; one per module, each case starting with :meth:`new_case`."""
+
+    def __init__(self, lab, tmp: Path, port: int = APISERVER_PORT) -> None:
         info = lab.info["real_nodes"][NODE]
         self.netns = info["netns"]
         self.manifests = Path(info["dir"]) / "manifests"
@@ -117,7 +142,7 @@ class NodeApiserver:
         drop = ("--etcd-servers=", "--secure-port=", "--etcd-prefix=")
         base = ["/usr/local/bin/kube-apiserver"]
         base += [a for a in lab.info["kube"]["apiserver_args"][1:] if not a.startswith(drop)]
-        base += [f"--secure-port={APISERVER_PORT}", f"--etcd-prefix=/noderemedy-{uuid.uuid4().hex[:8]}"]
+        base += [f"--secure-port={port}", f"--etcd-prefix=/noderemedy-{uuid.uuid4().hex[:8]}"]
         argv = {
             1: [*base, f"--etcd-servers=http://127.0.0.1:{ETCD_PORT}"],
             2: [*base, f"--etcd-servers=http://127.0.0.1:{ETCD_PORT}", "--this-flag-does-not-exist=1"],
@@ -125,7 +150,7 @@ class NodeApiserver:
             # serves, but on another port than the one it is checked on (a wrong --secure-port)
             7: [
                 *[a for a in base if not a.startswith("--secure-port=")],
-                f"--secure-port={APISERVER_PORT + 1}",
+                f"--secure-port={port + 1}",
                 f"--etcd-servers=http://127.0.0.1:{ETCD_PORT}",
             ],
         }
@@ -148,13 +173,52 @@ class NodeApiserver:
             "lock_file": str(tmp / "kube-apiserver-installer.lock"),
             "pod_logs_dir": str(Path(info["dir"]) / "var" / "log" / "pods"),
             "node_name": NODE,
-            "probe_url": f"https://127.0.0.1:{APISERVER_PORT}",
+            "probe_url": f"https://127.0.0.1:{port}",
             "probe_ca_cert": str(pki / "ca.crt"),
             "probe_client_cert": str(pki / "admin.crt"),
             "probe_client_key": str(pki / "admin.key"),
             "storage_version_check": "never",
             "interval": 1,
         }
+        self.base_params = dict(self.params)
+        self.etcd_bytes = self.etcd_manifest.read_bytes()
+        self.record_revisions()
+
+    def record_revisions(self) -> None:
+        """Take the revisions under ``resources/`` now (their manifests' bytes) as those
+        :meth:`new_case` restores."""
+        self.revisions = {
+            d.name: (d / "kube-apiserver-pod.yaml").read_bytes()
+            for d in self.resources.iterdir()
+            if d.is_dir()
+        }
+
+    def new_case(self, tag: str) -> None:
+        """Start a case from the layout as recorded (:meth:`record_revisions`): module parameters as
+        at the start; no last-known-good link; the recorded revisions only (pruned ones written
+        again), each directory holding its manifest alone (what a case added -- a revision, a storage-versions record -- removed),
+        every manifest annotated ``noderemedy.io/test: <tag>``. The annotation gives the case's
+        static pods UIDs of their own: the kubelet derives a static pod's UID from its manifest and
+        does not start again one re-added with the UID of one it has terminated, and every case
+        installs revision 1 (some the same bad revision). Revision 4, not YAML, stays as it is."""
+        self.params = dict(self.base_params)
+        for entry in self.resources.iterdir():  # the last-known-good link, a case's own revisions
+            if entry.name not in self.revisions:
+                _remove(entry)
+        for name, original in self.revisions.items():
+            (self.resources / name).mkdir(exist_ok=True)  # pruned by a case (the role prunes)
+            for entry in (self.resources / name).iterdir():  # what a case wrote into it
+                if entry.name != "kube-apiserver-pod.yaml":
+                    _remove(entry)
+            try:
+                doc = yaml.safe_load(original)
+            except yaml.YAMLError:
+                doc = None
+            if isinstance(doc, dict):
+                doc["metadata"].setdefault("annotations", {})["noderemedy.io/test"] = tag
+                original = yaml.safe_dump(doc).encode()
+            (self.resources / name / "kube-apiserver-pod.yaml").write_bytes(original)
+        assert sorted(p.name for p in self.resources.iterdir()) == sorted(self.revisions)
 
     @property
     def live(self) -> Path:
@@ -195,21 +259,84 @@ class NodeApiserver:
         params = {**self.params, "state": "install", "revision": rev, "manifest": manifest}
         return execute({**params, "files": {name: content}})
 
-    def ready(self) -> bool:
-        return bool(in_node(self.netns, "ready", self.params, 30)["ok"])
+    def ready(self, within: float = 0.0) -> bool:
+        """``/readyz`` of the operand answers ok, asked every 0.25 s for up to ``within`` seconds."""
+        return bool(in_node(self.netns, "ready", self.params, within + 30, within=within)["ok"])
+
+    def wait_ready(self, timeout: float, what: str) -> None:
+        """Until ``/readyz`` answers ok; AssertionError naming ``what`` after ``timeout`` seconds."""
+        assert self.ready(within=timeout), f"timed out after {timeout} s waiting for {what}"
+
+    def wait_gone(self, timeout: float, what: str) -> None:
+        """Until ``/readyz`` no longer answers ok; AssertionError naming ``what`` after ``timeout`` s."""
+        ok = in_node(self.netns, "ready", self.params, timeout + 30, within=timeout, want=False)["ok"]
+        assert not ok, f"timed out after {timeout} s waiting for {what}"
 
     def monitor(self, rev: int, timeout: float) -> dict:
         params = {**self.params, "state": "monitor", "revision": rev, "timeout": timeout}
         return in_node(self.netns, "monitor", params, timeout + 60)
 
 
-@pytest.fixture
-def apiserver(lab_real, tmp_path):
-    op = NodeApiserver(lab_real, tmp_path)
+class ContainerLogs:
+    """The kubelet's container log files ``pattern`` under ``pod_logs``, read every 0.25 s while in
+    the ``with`` block and once more at its end, and kept: the kubelet deletes a removed pod's
+    containers, their logs with them, as soon as one of them dies, so the logs of a revision that
+    was fallen back from may be gone when the monitor returns."""
+
+    def __init__(self, pod_logs: Path, pattern: str) -> None:
+        self.pod_logs, self.pattern = pod_logs, pattern
+        self.seen: dict[Path, str] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> ContainerLogs:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        self._read()
+
+    def _read(self) -> None:
+        for path in self.pod_logs.glob(self.pattern):
+            try:
+                self.seen[path] = path.read_text(errors="replace")
+            except OSError:  # deleted meanwhile: what was read before stays
+                continue
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.25):
+            self._read()
+
+    def text(self) -> str:
+        """Everything read, one file after another."""
+        return "".join(self.seen.values())
+
+
+@pytest.fixture(scope="module")
+def node_apiserver(lab_real, tmp_path_factory):
+    """One :class:`NodeApiserver` (image imported, etcd running) for the module's cases; its static
+    pods removed from the node at the end."""
+    op = NodeApiserver(lab_real, tmp_path_factory.mktemp("apiserver-node"))
     yield op
     op.live.unlink(missing_ok=True)
     op.etcd_manifest.unlink(missing_ok=True)
-    wait_for(lambda: not op.ready(), 60, "the test's kube-apiserver gone from the node", interval=1)
+    op.wait_gone(60, "the test's kube-apiserver gone from the node")
+
+
+@pytest.fixture
+def apiserver(node_apiserver, request):
+    """The module's :class:`NodeApiserver`, started on a new case (:meth:`NodeApiserver.new_case`).
+    Each case begins by installing revision 1 and having it marked good (``_good``), so none
+    depends on where the case before it left the operand; the etcd they share is checked to be
+    as the module wrote it, before and after."""
+    op = node_apiserver
+    assert op.etcd_manifest.read_bytes() == op.etcd_bytes, "the shared etcd's manifest changed"
+    op.new_case(request.node.name)
+    yield op
+    assert op.etcd_manifest.read_bytes() == op.etcd_bytes, "the shared etcd's manifest changed"
+    op.params = dict(op.base_params)
 
 
 def _good(op: NodeApiserver) -> None:
@@ -225,10 +352,10 @@ def _good(op: NodeApiserver) -> None:
 @pytest.mark.parametrize(
     ("rev", "reason", "timeout"),
     [
-        (2, "CrashLooping", 45.0),
-        (3, "EtcdUnhealthy", 45.0),
-        (4, "NeverStartedUp", 20.0),
-        (7, "Unhealthy", 30.0),
+        (2, "CrashLooping", 25.0),
+        (3, "EtcdUnhealthy", 30.0),
+        (4, "NeverStartedUp", 10.0),
+        (7, "Unhealthy", 15.0),
     ],
     ids=["bad-flag", "wrong-etcd", "bad-manifest", "wrong-port"],
 )
@@ -239,7 +366,7 @@ def test_a_bad_revision_falls_back_to_last_known_good(apiserver, rev, reason, ti
     assert res["reason"] == reason, res
     assert res["action"] == "fallback", res
     assert res["retry"]["retryable"] is (reason in ("EtcdUnhealthy", "Unhealthy")), res
-    wait_for(apiserver.ready, 120, "last-known-good kube-apiserver ready again", interval=1)
+    apiserver.wait_ready(120, "last-known-good kube-apiserver ready again")
     back = time.time() - written
     live = yaml.safe_load(apiserver.live.read_text())
     assert live["metadata"]["labels"]["revision"] == "1", live
@@ -251,15 +378,15 @@ def test_a_bad_revision_falls_back_to_last_known_good(apiserver, rev, reason, ti
 
 def test_etcd_unhealthy_is_retried_after_its_backoff_and_succeeds_once_etcd_is_reachable(apiserver):
     """Revision 3's etcd endpoint has nothing behind it: EtcdUnhealthy, fallback to revision 1 with
-    ``retry-at`` (the backoff, 20 s here) on the mirror pod's manifest. ``state: retry`` before that
+    ``retry-at`` (the backoff, 15 s here) on the mirror pod's manifest. ``state: retry`` before that
     time writes nothing. The endpoint is then fixed (a relay in the node's network namespace from
     revision 3's etcd port to the etcd), ``state: retry`` rolls revision 3 out again and the monitor
     finds it ready: it becomes last-known-good."""
-    params = {**apiserver.params, "retry_base": 20.0}
+    params = {**apiserver.params, "retry_base": 15.0}
     apiserver.params = params
     _good(apiserver)
     apiserver.install(3)
-    res = apiserver.monitor(3, 45.0)
+    res = apiserver.monitor(3, 30.0)
     assert (res["reason"], res["action"]) == ("EtcdUnhealthy", "fallback"), res
     ann = yaml.safe_load(apiserver.live.read_text())["metadata"]["annotations"]
     assert (
@@ -292,7 +419,7 @@ def test_etcd_unhealthy_is_retried_after_its_backoff_and_succeeds_once_etcd_is_r
         lkg = Path(os.readlink(apiserver.resources / "kube-apiserver-last-known-good")).parent.name
         assert lkg == "kube-apiserver-pod-3", lkg
         print(
-            f"\nFIGURE EtcdUnhealthy retried: endpoint fixed -> revision 3 ready in {time.time() - fixed:.1f} s (backoff 20 s)"
+            f"\nFIGURE EtcdUnhealthy retried: endpoint fixed -> revision 3 ready in {time.time() - fixed:.1f} s (backoff 15 s)"
         )
     finally:
         relay.terminate()
@@ -311,18 +438,15 @@ def test_an_audit_policy_the_apiserver_refuses_crash_loops_and_falls_back(apiser
     )  # fmt: skip
     assert installed["changed"] is True, installed
     written = time.time()
-    timeout = 45.0
-    res = apiserver.monitor(5, timeout)
+    timeout = 25.0
+    pods = Path(apiserver.params["pod_logs_dir"])
+    with ContainerLogs(pods, f"kube-system_kube-apiserver-{NODE}_*/kube-apiserver/*.log") as logs:
+        res = apiserver.monitor(5, timeout)
     assert (res["reason"], res["action"]) == ("CrashLooping", "fallback"), res
     assert res["retry"]["retryable"] is False, res
-    logs = list(
-        Path(apiserver.params["pod_logs_dir"]).glob(
-            f"kube-system_kube-apiserver-{NODE}_*/kube-apiserver/*.log"
-        )
-    )
-    said = "".join(p.read_text(errors="replace") for p in logs)
+    said = logs.text()
     assert "audit" in said.lower() and "Loud" in said, said[-2000:]
-    wait_for(apiserver.ready, 120, "last-known-good kube-apiserver ready again", interval=1)
+    apiserver.wait_ready(120, "last-known-good kube-apiserver ready again")
     back = time.time() - written
     live = yaml.safe_load(apiserver.live.read_text())
     assert live["metadata"]["labels"]["revision"] == "1", live
@@ -370,7 +494,7 @@ def test_a_post_start_hook_that_never_finishes_falls_back_with_not_ready_naming_
     )
     assert installed["changed"] is True, installed
     written = time.time()
-    timeout = 45.0
+    timeout = 25.0
     res = apiserver.monitor(6, timeout)
     assert (res["reason"], res["action"]) == ("NotReady", "fallback"), res
     assert "unfinished post-start hooks: " in res["message"], res
@@ -385,7 +509,7 @@ def test_a_post_start_hook_that_never_finishes_falls_back_with_not_ready_naming_
         "poststarthook/crd-informer-synced"
         in live["metadata"]["annotations"]["startup-monitor.static-pods.openshift.io/fallback-message"]
     )
-    wait_for(apiserver.ready, 120, "last-known-good kube-apiserver ready again", interval=1)
+    apiserver.wait_ready(120, "last-known-good kube-apiserver ready again")
     back = time.time() - written
     print(
         f"\nFIGURE NotReady ({res['message']}): revision 6 written -> "

@@ -246,13 +246,13 @@ def test_doc_fragments_match_the_argspec_constants_one_to_one():
             assert bool(opt.get("required")) == bool(spec[name].get("required")), name
 
 
-def test_ansible_doc_matches_each_modules_argspec(collections_path):
-    """What ansible-doc shows (fragments merged) is exactly what each module accepts."""
-    import importlib
-
-    _collection_modules()
+@pytest.fixture(scope="module")
+def ansible_doc(collections_path) -> dict[str, dict]:
+    """What ``ansible-doc --json`` shows for each of the two modules (run once for the module's
+    tests): module name -> its ``doc``."""
     bindir = Path(sys.executable).parent
     env = {"ANSIBLE_COLLECTIONS_PATH": str(collections_path), "PATH": str(bindir), "HOME": str(Path.home())}
+    docs = {}
     for name in ("static_pod_fallback", "storage_version_info"):
         out = subprocess.run(
             [str(bindir / "ansible-doc"), "--json", f"noderemedy.core.{name}"],
@@ -262,7 +262,17 @@ def test_ansible_doc_matches_each_modules_argspec(collections_path):
             check=False,
         )
         assert out.returncode == 0, out.stderr
-        documented = json.loads(out.stdout)[f"noderemedy.core.{name}"]["doc"]["options"]
+        docs[name] = json.loads(out.stdout)[f"noderemedy.core.{name}"]["doc"]
+    return docs
+
+
+def test_ansible_doc_matches_each_modules_argspec(ansible_doc):
+    """What ansible-doc shows (fragments merged) is exactly what each module accepts."""
+    import importlib
+
+    _collection_modules()
+    for name in ("static_pod_fallback", "storage_version_info"):
+        documented = ansible_doc[name]["options"]
         spec = importlib.import_module(
             f"ansible_collections.noderemedy.core.plugins.modules.{name}"
         ).argument_spec()
@@ -276,19 +286,9 @@ def test_ansible_doc_matches_each_modules_argspec(collections_path):
             assert sorted(doc.get("aliases") or []) == sorted(want.get("aliases") or []), (name, opt)
 
 
-def test_ansible_doc_renders_both_modules(collections_path):
-    bindir = Path(sys.executable).parent
-    env = {"ANSIBLE_COLLECTIONS_PATH": str(collections_path), "PATH": str(bindir), "HOME": str(Path.home())}
+def test_ansible_doc_renders_both_modules(ansible_doc):
     for name in ("static_pod_fallback", "storage_version_info"):
-        out = subprocess.run(
-            [str(bindir / "ansible-doc"), "--json", f"noderemedy.core.{name}"],
-            capture_output=True,
-            text=True,
-            env=env,
-            check=False,
-        )
-        assert out.returncode == 0, out.stderr
-        doc = json.loads(out.stdout)[f"noderemedy.core.{name}"]["doc"]
+        doc = ansible_doc[name]
         assert {"check_mode", "diff_mode", "platform"} <= set(doc["attributes"])
         assert {"kubeconfig", "host", "api_key"} <= set(doc["options"])
 

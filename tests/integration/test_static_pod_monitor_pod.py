@@ -15,7 +15,12 @@ over the image's copy, so that the code under test is what runs. The operand is 
 * a monitor of revision 3 next to an operand manifest of revision 1 waits and writes nothing, past
   its own timeout; once the installer writes revision 3 it judges it and removes itself.
 
-Each case prints the time from the revision being written to the outcome, with the monitor timeout.
+Each case prints the time from the revision being written to the outcome, with the monitor timeout:
+25 s, enough for the second start (after the kubelet's first back-off of 10 s) that CrashLooping
+needs; 15 s for the monitor that must not decide past its timeout (its window is that and 10 s
+more). None of these cases is about the default timeout. Pods of earlier cases are left to the
+kubelet's garbage collection (every minute): what a case looks for in ``/var/log/pods`` is newer
+than what it installed.
 """
 
 from __future__ import annotations
@@ -158,22 +163,30 @@ class MonitoredOperand:
     def serving(self) -> bool:
         return self.prober.get("/health").ok
 
-    def monitor_running(self) -> bool:
-        return any(self.pod_logs.glob(f"kube-system_etcd-startup-monitor-{NODE}_*/startup-monitor/0.log"))
+    def set_timeout(self, timeout: float) -> None:
+        """The monitor timeout (seconds) of the monitor pods installed from now on."""
+        self.timeout = timeout
+        self.params["timeout"] = timeout
 
-    def pods_gone(self) -> bool:
-        """The kubelet has removed every pod of the operand and of its monitor (their log directories)."""
-        return not any(self.pod_logs.glob(f"kube-system_etcd-*{NODE}_*"))
+    def monitor_running(self, since: float) -> bool:
+        """A monitor pod has started since ``since`` (epoch s): the kubelet's log of its first start is
+        that recent (pods of earlier tests leave theirs until the kubelet's garbage collection)."""
+        for log in self.pod_logs.glob(f"kube-system_etcd-startup-monitor-{NODE}_*/startup-monitor/0.log"):
+            try:
+                if log.stat().st_mtime >= since:
+                    return True
+            except OSError:  # removed meanwhile by the kubelet's garbage collection
+                continue
+        return False
 
 
 @pytest.fixture
 def monitored(lab_real, monitor_image, tmp_path):
-    op = MonitoredOperand(lab_real, tmp_path, monitor_image, timeout=30.0)
+    op = MonitoredOperand(lab_real, tmp_path, monitor_image, timeout=25.0)
     yield op
     op.monitor_manifest.unlink(missing_ok=True)
     op.live.unlink(missing_ok=True)
     wait_for(lambda: not op.serving(), 60, "the test's static pod gone from the node")
-    wait_for(op.pods_gone, 120, "the kubelet removing the test's static pods")
 
 
 def test_the_monitor_pod_marks_a_good_revision_and_removes_its_manifest(monitored):
@@ -240,15 +253,19 @@ def test_the_monitor_pod_waits_while_the_operand_manifest_is_of_another_revision
     writing the monitor, or a downgrade): it writes nothing, past its own timeout, for as long as the
     operand manifest is not revision 3. When the installer then writes revision 3, the same monitor
     judges it, links it last-known-good and removes its manifest."""
+    monitored.set_timeout(15.0)  # the window below is this timeout and 10 s more
     monitored.install(1, SERVE.format(rev=1, port=PORT), with_monitor=False)
     wait_for(monitored.serving, 90, "revision 1 serving")
     params = {**monitored.params, "manifests_dir": str(monitored.manifests)}
     pod = monitor_pod(params, 3, monitored.monitor_spec, "kube-system")
     tmp = monitored.manifests / ".etcd-startup-monitor-pod.yaml.test"
     tmp.write_text(yaml.safe_dump(pod))
+    monitor_written = time.time()
     os.replace(tmp, monitored.monitor_manifest)
     live_before = monitored.live.read_bytes()
-    wait_for(monitored.monitor_running, 120, "the monitor pod of revision 3 running")
+    wait_for(
+        lambda: monitored.monitor_running(monitor_written - 1), 120, "the monitor pod of revision 3 running"
+    )
     started = time.monotonic()
     # a negative needs a window: the monitor's own timeout and more go by; it must not decide
     deadline = started + monitored.timeout + 10

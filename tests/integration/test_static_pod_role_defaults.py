@@ -20,7 +20,17 @@ with ``--hostname-override=lab-real-0``.
   revision whose etcd is unreachable falls back (EtcdUnhealthy); while its retry is pending the
   Node shows ``KubeApiserverStaticPodDegraded=True`` and a ``StaticPodFallback`` Event; once the
   endpoint works the same monitor rolls the revision out again at ``retry-at``, marks it good, and
-  the condition turns False.
+  the condition turns False;
+* a pending retry handed to the startup-monitor static pod, which retries by itself.
+
+The role's runs keep its defaults (they are what is tested: layout, node name, probe URL, start
+attempt sources, interval 2 s, timeout 300 s for the healthy revisions, which are marked good as
+soon as they are ready) except the timeout of the CrashLooping run, 25 s: the monitor waits out its
+whole timeout before it falls back, and 25 s is enough for the second start (after the kubelet's
+first back-off of 10 s) that CrashLooping needs. The monitors run directly take 30 s for
+EtcdUnhealthy and retry backoffs of 15-20 s, as short as the steps between fallback and retry allow.
+The cases share the kube-apiserver's etcd and image import (module scope); each installs what it
+judges, with manifests of its own.
 """
 
 from __future__ import annotations
@@ -35,34 +45,49 @@ import time
 from pathlib import Path
 
 import pytest
-import test_static_pod_apiserver_node as node_apiserver
+import test_static_pod_apiserver_node as node_apiserver_mod
 import yaml
 from kube_helpers import wait_for
 from test_static_pod_monitor_pod import monitor_image  # noqa: F401  (fixture: the remediation pod image)
 
 pytestmark = [pytest.mark.lab, pytest.mark.kube]
 
-NODE = node_apiserver.NODE
+NODE = node_apiserver_mod.NODE
 ROOT = Path(__file__).resolve().parents[2]
 CONDITION = "KubeApiserverStaticPodDegraded"
 
 
-@pytest.fixture
-def apiserver(lab_real, tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def node_apiserver(lab_real, tmp_path_factory):
     """The test kube-apiserver on the node's 127.0.0.1:6443 (the kubeadm port the role's default
     probe URL names), revisions 1-4 as in ``test_static_pod_apiserver_node.py`` plus revision 5: the
-    good revision 1 with one more harmless flag (a new healthy revision)."""
-    monkeypatch.setattr(node_apiserver, "APISERVER_PORT", 6443)
-    op = node_apiserver.NodeApiserver(lab_real, tmp_path)
+    good revision 1 with one more harmless flag (a new healthy revision). One for the module (image
+    imported, etcd running); its static pods removed from the node at the end."""
+    op = node_apiserver_mod.NodeApiserver(lab_real, tmp_path_factory.mktemp("role-defaults"), port=6443)
     good = yaml.safe_load((op.resources / "kube-apiserver-pod-1" / "kube-apiserver-pod.yaml").read_text())
     good["metadata"]["labels"]["revision"] = "5"
     good["spec"]["containers"][0]["command"].append("--v=1")
     (op.resources / "kube-apiserver-pod-5").mkdir()
     (op.resources / "kube-apiserver-pod-5" / "kube-apiserver-pod.yaml").write_text(yaml.safe_dump(good))
+    op.record_revisions()
     yield op
     op.live.unlink(missing_ok=True)
     op.etcd_manifest.unlink(missing_ok=True)
-    wait_for(lambda: not op.ready(), 60, "the test's kube-apiserver gone from the node", interval=1)
+    op.wait_gone(60, "the test's kube-apiserver gone from the node")
+
+
+@pytest.fixture
+def apiserver(node_apiserver, request):
+    """The module's kube-apiserver, started on a new case (``NodeApiserver.new_case``: revisions
+    1-5 only, no last-known-good link, manifests of the case's own); each case installs what it
+    judges, so none depends on where the case before it left the operand. The shared etcd is
+    checked to be as the module wrote it, before and after."""
+    op = node_apiserver
+    assert op.etcd_manifest.read_bytes() == op.etcd_bytes, "the shared etcd's manifest changed"
+    op.new_case(request.node.name)
+    yield op
+    assert op.etcd_manifest.read_bytes() == op.etcd_bytes, "the shared etcd's manifest changed"
+    op.params = dict(op.base_params)
 
 
 def admin_kubeconfig(lab, dest: Path) -> Path:
@@ -187,16 +212,16 @@ def _good_then_bad(lab, op, tmp: Path, role_vars: dict) -> list[dict]:
         )
         out.append(res)
     written = op.install(2)
-    res = run_role_on_node(lab, op, tmp, {**role_vars, "static_pod_fallback_timeout": 45}, 600)
+    res = run_role_on_node(lab, op, tmp, {**role_vars, "static_pod_fallback_timeout": 25}, 600)
     assert (res.get("action"), res.get("reason"), res.get("fallback_revision")) == (
         "fallback",
         "CrashLooping",
         5,
     ), res
-    wait_for(op.ready, 120, "last-known-good kube-apiserver revision 5 ready again", interval=1)
+    op.wait_ready(120, "last-known-good kube-apiserver revision 5 ready again")
     assert _live_revision(op) == "5"
     print(
-        f"\nFIGURE role defaults ({sorted(role_vars)}): CrashLooping revision written -> revision 5 ready in {time.time() - written:.1f} s (timeout 45 s)"
+        f"\nFIGURE role defaults ({sorted(role_vars)}): CrashLooping revision written -> revision 5 ready in {time.time() - written:.1f} s (timeout 25 s)"
     )
     out.append(res)
     return out
@@ -250,14 +275,14 @@ def test_the_startup_monitor_retries_by_itself_and_the_node_shows_degraded_meanw
     lab_real, apiserver, tmp_path
 ):
     """Revision 3's etcd endpoint has nothing behind it. One monitor process, as the startup-monitor
-    static pod runs it (``in_static_pod``, backoff base 30 s): EtcdUnhealthy, fallback to revision 1;
+    static pod runs it (``in_static_pod``, backoff base 20 s): EtcdUnhealthy, fallback to revision 1;
     the Node shows Degraded while the retry is pending; the endpoint is made to work; at
     ``retry-at`` the same monitor rolls revision 3 out again, finds it ready, marks it good and the
     condition turns False. Nothing else runs ``state: retry``."""
     kubeconfig = admin_kubeconfig(lab_real, tmp_path / "admin.conf")
-    params = {**apiserver.params, "kubeconfig": str(kubeconfig), "retry_base": 30.0, "mirror_pod": "never"}
+    params = {**apiserver.params, "kubeconfig": str(kubeconfig), "retry_base": 20.0, "mirror_pod": "never"}
     apiserver.install(1)
-    first = node_apiserver.in_node(
+    first = node_apiserver_mod.in_node(
         apiserver.netns, "monitor", {**params, "state": "monitor", "revision": 1, "timeout": 120}, 200
     )
     assert first["ready"] is True, first
@@ -267,7 +292,7 @@ def test_the_startup_monitor_retries_by_itself_and_the_node_shows_degraded_meanw
         "from ansible_collections.noderemedy.core.plugins.module_utils._static_pod import execute\n"
         "print(json.dumps(execute(json.loads(sys.argv[1]))))\n"
     )
-    monitor = {**params, "state": "monitor", "revision": 3, "timeout": 45.0, "in_static_pod": True}
+    monitor = {**params, "state": "monitor", "revision": 3, "timeout": 30.0, "in_static_pod": True}
     out = tmp_path / "monitor.out"
     with out.open("w") as fh:
         proc = subprocess.Popen(
@@ -284,7 +309,6 @@ def test_the_startup_monitor_retries_by_itself_and_the_node_shows_degraded_meanw
             ),
             120,
             "revision 3 fallen back with a retry pending",
-            interval=1,
         )
         fell_back = time.time()
         ann = yaml.safe_load(apiserver.live.read_text())["metadata"]["annotations"]
@@ -312,8 +336,8 @@ def test_the_startup_monitor_retries_by_itself_and_the_node_shows_degraded_meanw
         assert proc.poll() is None, out.read_text()[-3000:]  # still there: waiting for retry-at
         relay = subprocess.Popen(
             ["nsenter", f"--net=/run/netns/{apiserver.netns}", "--", "socat",
-             f"TCP-LISTEN:{node_apiserver.ETCD_PORT + 7},bind=127.0.0.1,fork,reuseaddr",
-             f"TCP:127.0.0.1:{node_apiserver.ETCD_PORT}"],
+             f"TCP-LISTEN:{node_apiserver_mod.ETCD_PORT + 7},bind=127.0.0.1,fork,reuseaddr",
+             f"TCP:127.0.0.1:{node_apiserver_mod.ETCD_PORT}"],
         )  # fmt: skip
         proc.wait(timeout=300)
         text = out.read_text()
@@ -324,7 +348,7 @@ def test_the_startup_monitor_retries_by_itself_and_the_node_shows_degraded_meanw
         cond = _node_condition(lab_real)
         assert (cond["status"], cond["reason"]) == ("False", "RevisionMarkedGood"), cond
         print(
-            f"\nFIGURE retry by itself: fallback written -> revision 3 marked good in {time.time() - fell_back:.1f} s (backoff 30 s)"
+            f"\nFIGURE retry by itself: fallback written -> revision 3 marked good in {time.time() - fell_back:.1f} s (backoff 20 s)"
         )
     finally:
         if proc.poll() is None:
@@ -345,9 +369,9 @@ def test_a_pending_retry_is_handed_to_the_startup_monitor_pod_which_retries_by_i
     Degraded condition and removes its own manifest. The test only waits."""
     image = request.getfixturevalue("monitor_image")
     kubeconfig = admin_kubeconfig(lab_real, tmp_path / "admin.conf")
-    params = {**apiserver.params, "kubeconfig": str(kubeconfig), "retry_base": 30.0, "mirror_pod": "never"}
+    params = {**apiserver.params, "kubeconfig": str(kubeconfig), "retry_base": 15.0, "mirror_pod": "never"}
     apiserver.install(1)
-    first = node_apiserver.in_node(
+    first = node_apiserver_mod.in_node(
         apiserver.netns, "monitor", {**params, "state": "monitor", "revision": 1, "timeout": 120}, 200
     )
     assert first["ready"] is True, first
@@ -355,14 +379,14 @@ def test_a_pending_retry_is_handed_to_the_startup_monitor_pod_which_retries_by_i
     monitor_manifest = apiserver.manifests / "kube-apiserver-startup-monitor-pod.yaml"
     relay = None
     try:
-        res = node_apiserver.in_node(
+        res = node_apiserver_mod.in_node(
             apiserver.netns,
             "monitor",
             {
                 **params,
                 "state": "monitor",
                 "revision": 3,
-                "timeout": 45.0,
+                "timeout": 30.0,
                 "startup_monitor": {"image": image},
             },
             200,
@@ -374,21 +398,21 @@ def test_a_pending_retry_is_handed_to_the_startup_monitor_pod_which_retries_by_i
         assert monitor["metadata"]["labels"]["revision"] == "3"
         relay = subprocess.Popen(
             ["nsenter", f"--net=/run/netns/{apiserver.netns}", "--", "socat",
-             f"TCP-LISTEN:{node_apiserver.ETCD_PORT + 7},bind=127.0.0.1,fork,reuseaddr",
-             f"TCP:127.0.0.1:{node_apiserver.ETCD_PORT}"],
+             f"TCP-LISTEN:{node_apiserver_mod.ETCD_PORT + 7},bind=127.0.0.1,fork,reuseaddr",
+             f"TCP:127.0.0.1:{node_apiserver_mod.ETCD_PORT}"],
         )  # fmt: skip
         wait_for(
             lambda: not monitor_manifest.exists(),
             300,
             "the startup monitor done and its manifest gone",
-            interval=2,
+            interval=0.5,
         )
         assert _lkg(apiserver) == "kube-apiserver-pod-3"
         assert _live_revision(apiserver) == "3"
         cond = _node_condition(lab_real)
         assert (cond["status"], cond["reason"]) == ("False", "RevisionMarkedGood"), cond
         print(
-            f"\nFIGURE retry handed to the monitor pod: fallback -> revision 3 marked good by the pod in {time.time() - handed:.1f} s (backoff 30 s)"
+            f"\nFIGURE retry handed to the monitor pod: fallback -> revision 3 marked good by the pod in {time.time() - handed:.1f} s (backoff 15 s)"
         )
     finally:
         monitor_manifest.unlink(missing_ok=True)
