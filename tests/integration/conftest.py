@@ -42,15 +42,15 @@ ROOT = Path(__file__).resolve().parents[2]
 #: files take a few seconds; the two listed run exhaustive sweeps of the state machines).
 FILE_SECONDS = {
     "test_runner_e2e.py": 566,
-    "test_static_pod_role_defaults.py": 533,  # real nodes
+    "test_static_pod_role_defaults.py": 505,  # real nodes (measured with the two below, -n 1, an idle machine)
     "test_static_pod_apiserver_node.py": 487,  # real nodes (measured alone, 2026-11, a loaded machine)
     "test_demo.py": 444,  # the image fixture's ./dev image (216 s), then the demo on its own lab
     "test_molecule.py": 384,
     "test_runner_in_cluster.py": 377,  # real nodes
     "test_real_node_fencing.py": 306,  # real nodes
     "test_runner_safe_return.py": 263,
-    "test_static_pod_kubelet.py": 235,  # real nodes
-    "test_static_pod_monitor_pod.py": 221,  # real nodes
+    "test_static_pod_kubelet.py": 160,  # real nodes
+    "test_static_pod_monitor_pod.py": 135,  # real nodes
     "test_runner_e2e_devices.py": 196,
     "test_runner_finalizer.py": 153,
     "test_node_drain.py": 132,
