@@ -32,6 +32,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -325,18 +326,23 @@ def node_apiserver(lab_real, tmp_path_factory):
     op.wait_gone(60, "the test's kube-apiserver gone from the node")
 
 
-@pytest.fixture
-def apiserver(node_apiserver, request):
-    """The module's :class:`NodeApiserver`, started on a new case (:meth:`NodeApiserver.new_case`).
-    Each case begins by installing revision 1 and having it marked good (``_good``), so none
-    depends on where the case before it left the operand; the etcd they share is checked to be
-    as the module wrote it, before and after."""
-    op = node_apiserver
+def each_case(op: NodeApiserver, request: pytest.FixtureRequest) -> Iterator[NodeApiserver]:
+    """The body of a module's ``apiserver`` fixture: ``op`` started on a new case
+    (:meth:`NodeApiserver.new_case`), the etcd the cases share checked to be as the module wrote
+    it, before and after, and the case's parameters reset afterwards."""
     assert op.etcd_manifest.read_bytes() == op.etcd_bytes, "the shared etcd's manifest changed"
     op.new_case(request.node.name)
     yield op
     assert op.etcd_manifest.read_bytes() == op.etcd_bytes, "the shared etcd's manifest changed"
     op.params = dict(op.base_params)
+
+
+@pytest.fixture
+def apiserver(node_apiserver, request):
+    """The module's :class:`NodeApiserver`, started on a new case (:func:`each_case`). Each case
+    begins by installing revision 1 and having it marked good (``_good``), so none depends on
+    where the case before it left the operand."""
+    yield from each_case(node_apiserver, request)
 
 
 def _good(op: NodeApiserver) -> None:

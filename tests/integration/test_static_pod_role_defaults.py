@@ -82,12 +82,7 @@ def apiserver(node_apiserver, request):
     1-5 only, no last-known-good link, manifests of the case's own); each case installs what it
     judges, so none depends on where the case before it left the operand. The shared etcd is
     checked to be as the module wrote it, before and after."""
-    op = node_apiserver
-    assert op.etcd_manifest.read_bytes() == op.etcd_bytes, "the shared etcd's manifest changed"
-    op.new_case(request.node.name)
-    yield op
-    assert op.etcd_manifest.read_bytes() == op.etcd_bytes, "the shared etcd's manifest changed"
-    op.params = dict(op.base_params)
+    yield from node_apiserver_mod.each_case(node_apiserver, request)
 
 
 def admin_kubeconfig(lab, dest: Path) -> Path:
