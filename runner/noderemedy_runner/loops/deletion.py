@@ -258,8 +258,8 @@ class NodeFenceDeletion:
             self.kube.patch_finalizers(NODEFENCE, obj, FINALIZER, False)
         except Conflict:
             return AGAIN
-        except NotFound:
-            return None
+        except NotFound:  # gone already: nothing left to let go of
+            pass
         return None
 
 
