@@ -32,6 +32,35 @@ def make_cgroup(rel: str) -> None:
                         (path / f).write_text((parent / f).read_text())
 
 
+#: cpu.shares (cgroup v1) of one real node: the weight of as many busy tasks as the host has cores.
+#: A real node stands for a machine of its own; with the default 1024, every real node of a lab
+#: together weighs as much as one busy process of the host, and a host busy with other work (a
+#: parallel test suite, a build) starves the nodes' kubelets until they all turn NotReady at once.
+NODE_CPU_SHARES = 1024 * (os.cpu_count() or 1)
+
+
+def set_cpu_shares(rel: str, shares: int) -> None:
+    """Give cgroup ``rel`` the CPU weight ``shares`` (cgroup v1 ``cpu.shares``, 2..262144; on a
+    cgroup v2 host the matching ``cpu.weight``, 1..10000). A host without either leaves the
+    default weight: the lab still runs, only slower under load."""
+    shares = max(2, min(262144, shares))
+    v1 = Path("/sys/fs/cgroup/cpu") / rel.strip("/") / "cpu.shares"
+    v2 = Path("/sys/fs/cgroup") / rel.strip("/") / "cpu.weight"
+    with contextlib.suppress(OSError):
+        if v1.exists():
+            v1.write_text(str(shares))
+        elif v2.exists():
+            v2.write_text(str(max(1, min(10000, shares * 100 // 1024))))
+
+
+def make_node_cgroup(rel: str, nodes: int) -> None:
+    """Create real node cgroup ``rel`` with its ``system`` child, weighed as a machine (each node
+    :data:`NODE_CPU_SHARES`) and its parent, the lab's, as ``nodes`` machines."""
+    make_cgroup(rel + "/system")
+    set_cpu_shares(rel, NODE_CPU_SHARES)
+    set_cpu_shares(str(Path(rel).parent), NODE_CPU_SHARES * nodes)
+
+
 def cgroup_pids(rel: str) -> set[int]:
     """PIDs in cgroup ``rel`` and below, from every hierarchy (a process is in each)."""
     out: set[int] = set()

@@ -45,7 +45,7 @@ from pathlib import Path
 import yaml
 
 from . import pki
-from .cgroups import cgroup_hierarchies, cgroup_pids, kill_cgroup, kill_node, make_cgroup, remove_cgroup
+from .cgroups import cgroup_hierarchies, cgroup_pids, kill_cgroup, kill_node, make_node_cgroup, remove_cgroup
 from .config import CNI_BIN_DIR, KUBERNETES_VERSION, LabConfig
 from .procs import ComponentError, Supervisor, require_binary, tail
 from .realnode_files import CONTAINERD_CONFIG, FC_HOOK, RUNC_WRAPPER
@@ -455,7 +455,7 @@ class RealNodes:
     def boot(self, name: str) -> None:
         """Start node ``name``'s init (which starts containerd, kubelet, kube-proxy)."""
         spec = self.specs[name]
-        make_cgroup(spec["cgroup"] + "/system")
+        make_node_cgroup(spec["cgroup"], len(self.names))
         argv = [
             require_binary("nsenter", "real node", "util-linux"), f"--net=/run/netns/{spec['netns']}", "--",
             require_binary("unshare", "real node", "util-linux"), "--mount", "--propagation", "slave", "--",

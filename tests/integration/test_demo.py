@@ -29,9 +29,11 @@ ROOT = Path(__file__).resolve().parents[2]
 PORT_OFFSET = 20
 #: What a user reads as a failure.
 ERROR_LINE = re.compile(r"Errno|Traceback|!!")
+#: Seconds each scenario may take from the failure to its NodeFence Final (the demo's --timeout).
+SCENARIO_TIMEOUT = 600
 
 
-@pytest.mark.timeout(1200)
+@pytest.mark.timeout(2 * SCENARIO_TIMEOUT + 600)
 def test_the_demo_heals_both_failures_and_prints_no_error_line(
     remediation_image: dict[str, Any], tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
@@ -45,10 +47,19 @@ def test_the_demo_heals_both_failures_and_prints_no_error_line(
         "--image", str(ROOT / "build" / "image" / "image.json"),
         "--results", str(results),
         "--pictures", str(pictures),
+        # the test asserts what heals, not how fast: on a host busy with the rest of the suite the
+        # in-cluster runner's playbooks take minutes (the figures are the demo's on an idle host)
+        "--timeout", str(SCENARIO_TIMEOUT),
     ]  # fmt: skip
     t0 = time.monotonic()
     out = subprocess.run(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1100, cwd=ROOT, check=False
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=2 * SCENARIO_TIMEOUT + 500,
+        cwd=ROOT,
+        check=False,
     )
     elapsed = time.monotonic() - t0
     print(out.stdout)

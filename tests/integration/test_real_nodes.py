@@ -16,6 +16,7 @@ import pytest
 from kube_helpers import apply, kjson, wait_for
 from kube_helpers import namespace as kube_namespace
 
+from noderemedy_lab.cgroups import NODE_CPU_SHARES
 from noderemedy_lab.images import BUSYBOX_IMAGE
 from noderemedy_lab.realnode import REAL_TAINT, SHARED_MOUNT, cgroup_pids
 
@@ -108,7 +109,14 @@ def test_real_container_runs_and_kubectl_logs_reads_it(lab_real, namespace, tmp_
     )
     assert logs.splitlines()[0].startswith("tick ")
     # the container really runs in the node's cgroup, and writes the shared storage
-    assert cgroup_pids(lab_real.info["real_nodes"][PARTITIONED]["cgroup"] + "/kubepods")
+    node_cgroup = lab_real.info["real_nodes"][PARTITIONED]["cgroup"]
+    assert cgroup_pids(node_cgroup + "/kubepods")
+    # ... which weighs as a machine (the host's load does not starve it), the lab's nodes as all of them
+    cpu = Path("/sys/fs/cgroup/cpu")
+    if cpu.is_dir():  # cgroup v1, the layout of this machine kind
+        assert int((cpu / node_cgroup.strip("/") / "cpu.shares").read_text()) == NODE_CPU_SHARES
+        lab_shares = int((cpu / node_cgroup.strip("/")).parent.joinpath("cpu.shares").read_text())
+        assert lab_shares == NODE_CPU_SHARES * len(lab_real.info["real_nodes"])
     shared = Path(lab_real.info["real_nodes"][PARTITIONED]["shared_dir"]) / f"{doc['metadata']['uid']}.log"
     assert grows(shared)
 
