@@ -99,10 +99,10 @@ def scenario(
     """Run web-0 on ``node``, ``fail`` the node, fence it with a NodeFence; returns the figures.
     ``on_power_off`` runs once when the fence has powered the node off (the BMC's power file)."""
     other = next(n for n in REAL if n != node)
-    # web-0 only prefers ``node``: the scheduler takes the other node while ``node`` is still coming
-    # back from an earlier test (Ready, its taints gone), so both are waited for first
+    # web-0 starts on ``node`` and nowhere else: with a mere preference the scheduler took the other
+    # node now and then, ``node`` being just back from an earlier test; both are waited for first
     wait_for(lambda: real_nodes_schedulable(lab), 180, "the real nodes Ready and untainted")
-    apply(lab, tmp, web(ns, node))
+    apply(lab, tmp, writer_statefulset(ns, node, [node], f"{ns}.log"))
     first = wait_for(
         lambda: (p := web0(lab, ns)) and p["status"].get("phase") == "Running" and p, 120, "web-0"
     )
@@ -111,8 +111,8 @@ def scenario(
     wait_for(lambda: len(writes(shared).get(old, [])) >= 5, 30, "the first writer's lines")
     # the other node must be able to take the pod: an earlier test may still be bringing it back
     wait_for(lambda: real_nodes_schedulable(lab), 180, "the real nodes Ready and untainted")
-    # the replacement prefers the other node: a real node the fence power-cycles may be Ready and
-    # untainted again by the time the StatefulSet recreates the pod
+    # the replacement may run on both and prefers the other node: a real node the fence power-cycles
+    # may be Ready and untainted again by the time the StatefulSet recreates the pod
     patch = [{"op": "replace", "path": "/spec/template/spec/affinity", "value": prefer_node(other, REAL)}]
     out = lab.kubectl("-n", ns, "patch", "statefulset", "web", "--type=json", "-p", json.dumps(patch))
     assert out.returncode == 0, out.stderr

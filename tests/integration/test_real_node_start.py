@@ -35,7 +35,12 @@ def real_nodes(cfg: LabConfig, kubelet: str) -> tuple[RealNodes, Supervisor]:
     cfg.workdir.mkdir(parents=True)
     pki.generate(cfg.workdir / "pki")
     sup = Supervisor(cfg.workdir / "logs")
-    binaries = {"kubelet": Path(kubelet), "kube-proxy": Path("/bin/sleep")}
+    # a kube-proxy that stays up whatever its arguments (/bin/sleep refused --config= and exited 1,
+    # which now and then was seen before the kubelet's exit)
+    proxy = cfg.workdir / "kube-proxy"
+    proxy.write_text("#!/bin/sh\nexec sleep 3600\n")
+    proxy.chmod(0o755)
+    binaries = {"kubelet": Path(kubelet), "kube-proxy": proxy}
     kube = {"pki": str(cfg.workdir / "pki")}
     return RealNodes(cfg, sup, kube, binaries, ensure_node_images()), sup
 

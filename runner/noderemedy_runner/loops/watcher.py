@@ -56,6 +56,9 @@ class _Worker:
     cancel: threading.Event = field(default_factory=threading.Event)
     due: float = 0.0
     resource_version: str = ""
+    #: the object's ``metadata.uid``: a NodeFence deleted and created again under the same name
+    #: (the detector fencing a node again) is a new object, and gets a new worker
+    uid: str = ""
     #: the object's ``deletionTimestamp`` was seen (a finalizer holds it): its flow's run, if one
     #: was in flight, was canceled once, and the cleanup then runs with a fresh cancel event
     deleting: bool = False
@@ -217,16 +220,17 @@ class Watcher:
 
     def list_keys(self) -> dict[Key, str]:
         """Every custom resource to reconcile → its resourceVersion."""
-        return self._list()[0]
+        return {key: rv for key, (rv, _uid) in self._list()[0].items()}
 
-    def _list(self) -> tuple[dict[Key, str], set[Key]]:
-        """:meth:`list_keys`, and the NodeFences being deleted (``deletionTimestamp`` set while our
-        finalizer holds them)."""
-        out: dict[Key, str] = {}
+    def _list(self) -> tuple[dict[Key, tuple[str, str]], set[Key]]:
+        """Every custom resource to reconcile → (resourceVersion, uid), and the NodeFences being
+        deleted (``deletionTimestamp`` set while our finalizer holds them)."""
+        out: dict[Key, tuple[str, str]] = {}
         deleting: set[Key] = set()
         for obj in self.kube.list_custom(NODEFENCE):
             meta = obj.get("metadata") or {}
-            out[key := ("NodeFence", "", str(meta.get("name")))] = str(meta.get("resourceVersion", ""))
+            key = ("NodeFence", "", str(meta.get("name")))
+            out[key] = (str(meta.get("resourceVersion", "")), str(meta.get("uid", "")))
             if meta.get("deletionTimestamp"):
                 deleting.add(key)
         for obj in self.kube.list_custom(METAL3REMEDIATION):
@@ -237,7 +241,7 @@ class Watcher:
                 mine = False
             if mine:
                 key = ("Metal3Remediation", str(meta.get("namespace")), str(meta.get("name")))
-                out[key] = str(meta.get("resourceVersion", ""))
+                out[key] = (str(meta.get("resourceVersion", "")), str(meta.get("uid", "")))
         return out, deleting
 
     def reconcile_key(self, key: Key, cancel: threading.Event | None = None) -> float | None:
@@ -273,11 +277,16 @@ class Watcher:
     def poll(self) -> None:
         """One round of :meth:`run`: start due workers, cancel those whose resource is gone, and
         cancel the fencing flow's run in flight of a NodeFence being deleted: the deletion's cleanup
-        (loops/deletion.py) takes over from where the flow stopped, with a fresh cancel event."""
+        (loops/deletion.py) takes over from where the flow stopped, with a fresh cancel event.
+
+        A resource is gone when its name is no longer listed or names another object (another
+        ``uid``: deleted and created again between two listings). Its worker is canceled and,
+        once its thread has ended, dropped with the reconciler's memory of the name; the new
+        object then gets a worker of its own, never the old one's canceled event."""
         keys, deleting = self._list()
         now = time.monotonic()
         for key, worker in list(self._workers.items()):
-            if key not in keys:
+            if key not in keys or keys[key][1] != worker.uid:
                 worker.cancel.set()
                 if worker.thread is None or not worker.thread.is_alive():
                     del self._workers[key]
@@ -285,8 +294,10 @@ class Watcher:
                         self.nodefences.forget(key[2])
                     else:
                         self.metal3.forget(key[1], key[2])
-        for key, rv in keys.items():
-            worker = self._workers.setdefault(key, _Worker())
+        for key, (rv, uid) in keys.items():
+            worker = self._workers.setdefault(key, _Worker(uid=uid))
+            if worker.uid != uid:  # the old object's worker is still ending; next round
+                continue
             busy = worker.thread is not None and worker.thread.is_alive()
             if key in deleting and not worker.deleting:
                 worker.deleting = True
