@@ -90,12 +90,18 @@ def test_a_nodefence_listed_gone_then_back_under_its_name_is_not_reconciled_as_c
     assert not w._workers[NF].cancel.is_set()
 
 
-def test_the_same_object_keeps_its_worker_across_changes() -> None:
+def _reconciled_once() -> _Scheduling:
+    """A watcher whose reconciles do not wait, after one round over NodeFence uid-a."""
     w = _Scheduling()
     w.gate.set()
     w.listing = {NF: ("10", "uid-a")}
     w.poll()
     w.settle()
+    return w
+
+
+def test_the_same_object_keeps_its_worker_across_changes() -> None:
+    w = _reconciled_once()
     first = w._workers[NF]
     w.listing = {NF: ("11", "uid-a")}  # a status write: same object, new resourceVersion
     w.poll()
@@ -106,11 +112,7 @@ def test_the_same_object_keeps_its_worker_across_changes() -> None:
 
 
 def test_a_gone_nodefence_is_canceled_and_forgotten() -> None:
-    w = _Scheduling()
-    w.gate.set()
-    w.listing = {NF: ("10", "uid-a")}
-    w.poll()
-    w.settle()
+    w = _reconciled_once()
     worker = w._workers[NF]
     w.listing = {}
     w.poll()
