@@ -40,17 +40,11 @@ NODE_CPU_SHARES = 1024 * (os.cpu_count() or 1)
 
 
 def set_cpu_shares(rel: str, shares: int) -> None:
-    """Give cgroup ``rel`` the CPU weight ``shares`` (cgroup v1 ``cpu.shares``, 2..262144; on a
-    cgroup v2 host the matching ``cpu.weight``, 1..10000). A host without either leaves the
-    default weight: the lab still runs, only slower under load."""
-    shares = max(2, min(262144, shares))
-    v1 = Path("/sys/fs/cgroup/cpu") / rel.strip("/") / "cpu.shares"
-    v2 = Path("/sys/fs/cgroup") / rel.strip("/") / "cpu.weight"
+    """Give cgroup ``rel`` the CPU weight ``shares``: its cgroup v1 ``cpu.shares``, clamped to the
+    kernel's 2..262144 (the lab's cgroups are v1, see :func:`cgroup_hierarchies`). A cgroup that
+    cannot be written keeps the default weight: the lab still runs, only slower under load."""
     with contextlib.suppress(OSError):
-        if v1.exists():
-            v1.write_text(str(shares))
-        elif v2.exists():
-            v2.write_text(str(max(1, min(10000, shares * 100 // 1024))))
+        Path("/sys/fs/cgroup/cpu", rel.strip("/"), "cpu.shares").write_text(str(max(2, min(262144, shares))))
 
 
 def make_node_cgroup(rel: str, nodes: int) -> None:

@@ -112,11 +112,9 @@ def test_real_container_runs_and_kubectl_logs_reads_it(lab_real, namespace, tmp_
     node_cgroup = lab_real.info["real_nodes"][PARTITIONED]["cgroup"]
     assert cgroup_pids(node_cgroup + "/kubepods")
     # ... which weighs as a machine (the host's load does not starve it), the lab's nodes as all of them
-    cpu = Path("/sys/fs/cgroup/cpu")
-    if cpu.is_dir():  # cgroup v1, the layout of this machine kind
-        assert int((cpu / node_cgroup.strip("/") / "cpu.shares").read_text()) == NODE_CPU_SHARES
-        lab_shares = int((cpu / node_cgroup.strip("/")).parent.joinpath("cpu.shares").read_text())
-        assert lab_shares == NODE_CPU_SHARES * len(lab_real.info["real_nodes"])
+    cpu = Path("/sys/fs/cgroup/cpu", node_cgroup.strip("/"))  # cgroup v1, as every lab cgroup
+    assert int((cpu / "cpu.shares").read_text()) == NODE_CPU_SHARES
+    assert int((cpu.parent / "cpu.shares").read_text()) == NODE_CPU_SHARES * len(lab_real.info["real_nodes"])
     shared = Path(lab_real.info["real_nodes"][PARTITIONED]["shared_dir"]) / f"{doc['metadata']['uid']}.log"
     assert grows(shared)
 
