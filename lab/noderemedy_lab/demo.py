@@ -402,6 +402,10 @@ def scenario(lab: Lab, kind: str, timeout: float) -> dict:
     _say(f"-- web-0 ({old[:8]}) writing on {victim}; the runner's leader is on {leader}")
     recorder = Recorder()
     before, t_before = watch.refresh(), time.monotonic()
+    # the failure's time is when it is issued: the BMC answers "chassis power off" only once its power
+    # hook has stopped the node, seconds later on a busy host (ipmitool retransmits meanwhile), and
+    # by then the old writer's last line lies before a clock read after the answer
+    t_fail, t0 = uptime(), time.monotonic()
     if kind == "power_cut":
         _say(f"== power cut: {victim} powered off through its BMC (ipmitool -C 3 chassis power off)")
         lab.power_off(victim)
@@ -410,7 +414,6 @@ def scenario(lab: Lab, kind: str, timeout: float) -> dict:
         _say(f"== network partition: {victim}'s link down (kubelet and web-0 keep running)")
         lab.partition(victim)
         heal = victim
-    t_fail, t0 = uptime(), time.monotonic()
     recorder.observe(t_before - t0, lanes(before))
     todo = milestones(victim, old)
     seen: dict[str, float] = {}

@@ -116,8 +116,8 @@ def scenario(
     patch = [{"op": "replace", "path": "/spec/template/spec/affinity", "value": prefer_node(other, REAL)}]
     out = lab.kubectl("-n", ns, "patch", "statefulset", "web", "--type=json", "-p", json.dumps(patch))
     assert out.returncode == 0, out.stderr
+    t_fail = uptime()  # when the failure is issued: a BMC answers a power off once the node is down
     fail()
-    t_fail = uptime()
     lab.wait_nodes([node], {"False", "Unknown"}, 120)
     co = client.CustomObjectsApi(api_client)
     name = f"nf-{uuid.uuid4().hex[:6]}"
