@@ -208,25 +208,34 @@ def _run(
     progress(f"  {component}: built in {took:.0f} s")
 
 
-def _kube_gomod(workdir: Path, log: Path, progress: Callable[[str], None]) -> None:
-    """Write the consumer go.mod for k8s.io/kubernetes with replaces for every staging module."""
-    go = _go()
+def _mod_download(
+    module: str, key: str, cwd: Path, component: str, timeout: float | None = None
+) -> dict[str, str]:
+    """``go mod download -json module@version`` (run in ``cwd``, at most ``timeout`` seconds): the
+    module's JSON record (``Dir``, ``GoMod``...). ComponentError naming ``component`` when the
+    proxy does not serve it or the record has no ``key``."""
     out = subprocess.run(
-        [go, "mod", "download", "-json", f"k8s.io/kubernetes@v{KUBERNETES_VERSION}"],
-        cwd=workdir,
+        [_go(), "mod", "download", "-json", module],
+        cwd=cwd,
         capture_output=True,
         text=True,
         env={**os.environ, "GOFLAGS": "-mod=mod"},
+        timeout=timeout,
     )
     try:
         info = json.loads(out.stdout)
     except json.JSONDecodeError:
         info = {"Error": out.stderr.strip() or out.stdout.strip()}
-    if out.returncode != 0 or info.get("Error") or not info.get("GoMod"):
+    if out.returncode != 0 or info.get("Error") or not info.get(key):
         raise ComponentError(
-            "build kubernetes",
-            f"cannot fetch k8s.io/kubernetes@v{KUBERNETES_VERSION} from the Go module proxy: {info.get('Error')}",
+            component, f"cannot fetch {module} from the Go module proxy: {info.get('Error')}"
         )
+    return dict(info)
+
+
+def _kube_gomod(workdir: Path, log: Path, progress: Callable[[str], None]) -> None:
+    """Write the consumer go.mod for k8s.io/kubernetes with replaces for every staging module."""
+    info = _mod_download(f"k8s.io/kubernetes@v{KUBERNETES_VERSION}", "GoMod", workdir, "build kubernetes")
     upstream = Path(info["GoMod"]).read_text()
     staging = re.findall(r"^\s*(k8s\.io/[\w.-]+)\s+=>\s+\./staging/", upstream, flags=re.M)
     if not staging:
@@ -250,14 +259,46 @@ def _kube_gomod(workdir: Path, log: Path, progress: Callable[[str], None]) -> No
     progress(f"  kubernetes: consumer module with {len(staging)} staging replaces")
 
 
+def _workdirs(name: str, log_name: str | None = None) -> tuple[Path, Path]:
+    """The consumer module's folder ``src/<name>`` under :func:`~noderemedy_lab.config.cache_dir`
+    (created) and its build log ``logs/build-<log_name or name>.log`` (folder created)."""
+    src = cache_dir() / "src" / name
+    src.mkdir(parents=True, exist_ok=True)
+    log = cache_dir() / "logs" / f"build-{log_name or name}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    return src, log
+
+
+def _go_build(
+    progress: Callable[[str], None],
+    src: Path,
+    log: Path,
+    label: str,
+    binaries: dict[str, str],
+    dest: Path,
+    ldflags: str = "-s -w",
+) -> None:
+    """``go build -trimpath`` each package of ``binaries`` (binary name -> package) in the consumer
+    module ``src`` into a temporary directory, then move the binaries into ``dest`` (created), so an
+    interrupted build never leaves a half binary. Several binaries are named after their packages
+    (``go build -o dir/``); one is named by its key. ``label`` names the build in the progress
+    lines; ComponentError with the log's tail (``_run``) when ``go build`` fails."""
+    with tempfile.TemporaryDirectory(dir=src) as tmp:
+        if len(binaries) == 1:
+            ((name, package),) = binaries.items()
+            out = [f"{tmp}/{name}", package]
+        else:
+            out = [tmp + "/", *binaries.values()]
+        _run([_go(), "build", "-trimpath", "-ldflags", ldflags, "-o", *out], src, log, label, progress)
+        dest.mkdir(parents=True, exist_ok=True)
+        for name in binaries:
+            os.replace(Path(tmp) / name, dest / name)
+
+
 def build_kubernetes(progress: Callable[[str], None], commands: tuple[str, ...] = KUBE_COMMANDS) -> None:
     """Build ``commands`` of ``k8s.io/kubernetes/cmd`` (version stamped) from the consumer module:
     by default kube-apiserver, kube-controller-manager, kube-scheduler and kubectl."""
-    dest = _bin_dirs()["kubernetes"]
-    src = cache_dir() / "src" / f"kubernetes-v{KUBERNETES_VERSION}"
-    src.mkdir(parents=True, exist_ok=True)
-    log = cache_dir() / "logs" / f"build-kubernetes-v{KUBERNETES_VERSION}.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
+    src, log = _workdirs(f"kubernetes-v{KUBERNETES_VERSION}")
     if not (src / "go.mod").is_file():
         _kube_gomod(src, log, progress)
     major, minor, _ = KUBERNETES_VERSION.split(".")
@@ -271,18 +312,15 @@ def build_kubernetes(progress: Callable[[str], None], commands: tuple[str, ...] 
             f"-X k8s.io/client-go/pkg/version.gitVersion=v{KUBERNETES_VERSION}",
         ]
     )
-    with tempfile.TemporaryDirectory(dir=src) as tmp:
-        _run(
-            [_go(), "build", "-trimpath", "-ldflags", ldflags, "-o", tmp + "/"]
-            + [f"k8s.io/kubernetes/cmd/{c}" for c in commands],
-            src,
-            log,
-            f"kubernetes v{KUBERNETES_VERSION} ({', '.join(commands)})",
-            progress,
-        )
-        dest.mkdir(parents=True, exist_ok=True)
-        for c in commands:
-            os.replace(Path(tmp) / c, dest / c)
+    _go_build(
+        progress,
+        src,
+        log,
+        f"kubernetes v{KUBERNETES_VERSION} ({', '.join(commands)})",
+        {c: f"k8s.io/kubernetes/cmd/{c}" for c in commands},
+        _bin_dirs()["kubernetes"],
+        ldflags,
+    )
 
 
 def _go_install(
@@ -315,33 +353,12 @@ def _go_install(
 def build_etcd(progress: Callable[[str], None]) -> None:
     """Build the etcd server. Its go.mod has relative ``replace`` directives, so ``go install
     pkg@version`` refuses it; a consumer module requiring ``go.etcd.io/etcd/server/v3`` builds it."""
-    src = cache_dir() / "src" / f"etcd-v{ETCD_VERSION}"
-    src.mkdir(parents=True, exist_ok=True)
-    log = cache_dir() / "logs" / f"build-etcd-v{ETCD_VERSION}.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
+    src, log = _workdirs(f"etcd-v{ETCD_VERSION}")
     (src / "go.mod").write_text(
         f"module noderemedy.local/etcdbuild\n\ngo 1.24.0\n\nrequire go.etcd.io/etcd/server/v3 v{ETCD_VERSION}\n"
     )
-    with tempfile.TemporaryDirectory(dir=src) as tmp:
-        _run(
-            [
-                _go(),
-                "build",
-                "-trimpath",
-                "-ldflags",
-                "-s -w",
-                "-o",
-                tmp + "/etcd",
-                "go.etcd.io/etcd/server/v3",
-            ],
-            src,
-            log,
-            f"etcd v{ETCD_VERSION}",
-            progress,
-        )
-        dest = _bin_dirs()["etcd"]
-        dest.mkdir(parents=True, exist_ok=True)
-        os.replace(Path(tmp) / "etcd", dest / "etcd")
+    binaries = {"etcd": "go.etcd.io/etcd/server/v3"}
+    _go_build(progress, src, log, f"etcd v{ETCD_VERSION}", binaries, _bin_dirs()["etcd"])
 
 
 def build_vcsim(progress: Callable[[str], None]) -> None:
@@ -351,24 +368,12 @@ def build_vcsim(progress: Callable[[str], None]) -> None:
     builds the lab's small main instead."""
     from .bmc import data_path
 
-    src = cache_dir() / "src" / _bin_dirs()["vcsim"].name
-    src.mkdir(parents=True, exist_ok=True)
-    log = cache_dir() / "logs" / f"build-vcsim-lab-v{GOVMOMI_VERSION}.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
+    dest = _bin_dirs()["vcsim"]
+    src, log = _workdirs(dest.name, f"vcsim-lab-v{GOVMOMI_VERSION}")
     shutil.copyfile(data_path("vcsim/main.go"), src / "main.go")
     gomod = data_path("vcsim/go.mod").read_text()
     (src / "go.mod").write_text(re.sub(r"govmomi v[0-9.]+", f"govmomi v{GOVMOMI_VERSION}", gomod))
-    with tempfile.TemporaryDirectory(dir=src) as tmp:
-        _run(
-            [_go(), "build", "-trimpath", "-ldflags", "-s -w", "-o", tmp + "/vcsim-lab", "."],
-            src,
-            log,
-            f"vcsim-lab (govmomi v{GOVMOMI_VERSION})",
-            progress,
-        )
-        dest = _bin_dirs()["vcsim"]
-        dest.mkdir(parents=True, exist_ok=True)
-        os.replace(Path(tmp) / "vcsim-lab", dest / "vcsim-lab")
+    _go_build(progress, src, log, f"vcsim-lab (govmomi v{GOVMOMI_VERSION})", {"vcsim-lab": "."}, dest)
 
 
 def build_cluster_api(progress: Callable[[str], None]) -> None:
@@ -377,61 +382,30 @@ def build_cluster_api(progress: Callable[[str], None]) -> None:
     ``sigs.k8s.io/cluster-api/api`` with ``./api``, which ``go install pkg@version`` refuses, so a
     consumer module requires both modules at :data:`~noderemedy_lab.config.CLUSTER_API_VERSION`
     (the ``api`` module is published on its own with the same tags)."""
-    name = f"cluster-api-v{CLUSTER_API_VERSION}"
-    src = cache_dir() / "src" / name
-    src.mkdir(parents=True, exist_ok=True)
-    log = cache_dir() / "logs" / f"build-{name}.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
+    src, log = _workdirs(f"cluster-api-v{CLUSTER_API_VERSION}")
     (src / "go.mod").write_text(
         "module noderemedy.local/capibuild\n\ngo 1.26.0\n\nrequire (\n"
         f"\tsigs.k8s.io/cluster-api v{CLUSTER_API_VERSION}\n"
         f"\tsigs.k8s.io/cluster-api/api v{CLUSTER_API_VERSION}\n)\n"
     )
-    ldflags = f"-s -w -X sigs.k8s.io/cluster-api/version.gitVersion=v{CLUSTER_API_VERSION}"
-    with tempfile.TemporaryDirectory(dir=src) as tmp:
-        _run(
-            [
-                _go(),
-                "build",
-                "-trimpath",
-                "-ldflags",
-                ldflags,
-                "-o",
-                tmp + "/cluster-api-manager",
-                "sigs.k8s.io/cluster-api/core",
-            ],
-            src,
-            log,
-            f"cluster-api v{CLUSTER_API_VERSION} (controller manager)",
-            progress,
-        )
-        dest = _bin_dirs()["cluster-api"]
-        dest.mkdir(parents=True, exist_ok=True)
-        os.replace(Path(tmp) / "cluster-api-manager", dest / "cluster-api-manager")
+    _go_build(
+        progress,
+        src,
+        log,
+        f"cluster-api v{CLUSTER_API_VERSION} (controller manager)",
+        {"cluster-api-manager": "sigs.k8s.io/cluster-api/core"},
+        _bin_dirs()["cluster-api"],
+        f"-s -w -X sigs.k8s.io/cluster-api/version.gitVersion=v{CLUSTER_API_VERSION}",
+    )
 
 
 def cluster_api_module_dir() -> Path:
     """The pinned ``sigs.k8s.io/cluster-api`` module in Go's module cache (its ``core/config``:
     the real CRDs and webhook manifests), downloaded if absent; ComponentError if the proxy does
     not serve it."""
-    out = subprocess.run(
-        [_go(), "mod", "download", "-json", f"sigs.k8s.io/cluster-api@v{CLUSTER_API_VERSION}"],
-        cwd=cache_dir(),
-        capture_output=True,
-        text=True,
-        env={**os.environ, "GOFLAGS": "-mod=mod"},
-        timeout=600,
+    info = _mod_download(
+        f"sigs.k8s.io/cluster-api@v{CLUSTER_API_VERSION}", "Dir", cache_dir(), "cluster-api", 600
     )
-    try:
-        info = json.loads(out.stdout)
-    except json.JSONDecodeError:
-        info = {"Error": out.stderr.strip() or out.stdout.strip()}
-    if out.returncode != 0 or info.get("Error") or not info.get("Dir"):
-        raise ComponentError(
-            "cluster-api",
-            f"cannot fetch sigs.k8s.io/cluster-api@v{CLUSTER_API_VERSION} from the Go module proxy: "
-            f"{info.get('Error')}",
-        )
     return Path(info["Dir"])
 
 

@@ -54,6 +54,9 @@ CAPI_VERSION = "v1beta2"
 LAB_INFRA = ("infrastructure.lab.noderemedy.io", "v1alpha1", "labmachines", "LabMachine")
 LAB_CP = ("controlplane.lab.noderemedy.io", "v1alpha1", "labcontrolplanes", "LabControlPlane")
 LAB_CLUSTER = ("infrastructure.lab.noderemedy.io", "v1alpha1", "labclusters", "LabCluster")
+CAPI_MACHINE = (CAPI_GROUP, CAPI_VERSION, "machines", "Machine")
+CAPI_CLUSTER = (CAPI_GROUP, CAPI_VERSION, "clusters", "Cluster")
+
 #: providerID the lab gives a Node that has none (Node.spec.providerID can be set once).
 PROVIDER_PREFIX = "noderemedy-lab://"
 #: cluster-api's feature gates: only what the MachineHealthCheck flow needs (no MachinePool,
@@ -61,6 +64,12 @@ PROVIDER_PREFIX = "noderemedy-lab://"
 FEATURE_GATES = "MachinePool=false,ClusterTopology=false,RuntimeSDK=false,MachineSetPreflightChecks=false"
 #: Seconds to wait for the manager's /readyz (its webhook server started, caches synced).
 READY_TIMEOUT = 180.0
+
+
+def _ref(resource: tuple[str, str, str, str], name: str) -> dict[str, str]:
+    """A v1beta2 contract reference (``apiGroup``, ``kind``, ``name``) to the object ``name`` of
+    ``resource`` (group, version, plural, kind)."""
+    return {"apiGroup": resource[0], "kind": resource[3], "name": name}
 
 
 def _b64(path: Path) -> str:
@@ -274,34 +283,23 @@ class CapiCluster:
         from kubernetes import client
 
         co = client.CustomObjectsApi(self.lab.api_client())
-        group, version, plural, kind = LAB_INFRA
-        co.create_namespaced_custom_object(
-            group, version, self.namespace, plural,
-            {"apiVersion": f"{group}/{version}", "kind": kind, "metadata": {"name": node},
-             "spec": {"nodeName": node}},
-        )  # fmt: skip
-        co.create_namespaced_custom_object(
-            CAPI_GROUP, CAPI_VERSION, self.namespace, "machines",
+        self._create(co, LAB_INFRA, {"name": node}, {"nodeName": node})
+        annotations = {
+            "metal3.io/BareMetalHost": f"{self.namespace}/{node}",
+            "machine.cluster.x-k8s.io/exclude-node-draining": "",
+            "machine.cluster.x-k8s.io/exclude-wait-for-node-volume-detach": "",
+        }
+        self._create(
+            co,
+            CAPI_MACHINE,
+            {"name": node, "labels": labels or {}, "annotations": annotations},
             {
-                "apiVersion": f"{CAPI_GROUP}/{CAPI_VERSION}",
-                "kind": "Machine",
-                "metadata": {
-                    "name": node,
-                    "labels": labels or {},
-                    "annotations": {
-                        "metal3.io/BareMetalHost": f"{self.namespace}/{node}",
-                        "machine.cluster.x-k8s.io/exclude-node-draining": "",
-                        "machine.cluster.x-k8s.io/exclude-wait-for-node-volume-detach": "",
-                    },
-                },
-                "spec": {
-                    "clusterName": CLUSTER,
-                    "version": f"v{KUBERNETES_VERSION}",
-                    "bootstrap": {"dataSecretName": f"{CLUSTER}-bootstrap"},
-                    "infrastructureRef": {"apiGroup": group, "kind": kind, "name": node},
-                },
+                "clusterName": CLUSTER,
+                "version": f"v{KUBERNETES_VERSION}",
+                "bootstrap": {"dataSecretName": f"{CLUSTER}-bootstrap"},
+                "infrastructureRef": _ref(LAB_INFRA, node),
             },
-        )  # fmt: skip
+        )
         self._wait(lambda: self.node_ref(node) == node, timeout, f"Machine {node}'s nodeRef")
         return node
 
@@ -338,25 +336,30 @@ class CapiCluster:
              "stringData": {"value": "", "format": "cloud-config"}},
         )  # fmt: skip
         co = client.CustomObjectsApi(api)
-        group, version, plural, kind = LAB_CP
+        self._create(co, LAB_CP, {"name": CLUSTER}, {})
+        endpoint = {"host": "127.0.0.1", "port": self.lab.config.port("kube-apiserver")}
+        self._create(co, LAB_CLUSTER, {"name": CLUSTER}, {"controlPlaneEndpoint": endpoint})
+        self._create(
+            co,
+            CAPI_CLUSTER,
+            {"name": CLUSTER},
+            {
+                "controlPlaneEndpoint": endpoint,
+                "infrastructureRef": _ref(LAB_CLUSTER, CLUSTER),
+                "controlPlaneRef": _ref(LAB_CP, CLUSTER),
+            },
+        )
+
+    def _create(
+        self, co: Any, resource: tuple[str, str, str, str], metadata: dict[str, Any], spec: dict[str, Any]
+    ) -> None:
+        """Create a custom object of ``resource`` (group, version, plural, kind) in the lab's
+        namespace with ``metadata`` and ``spec``, through ``co`` (a ``CustomObjectsApi``); the
+        client's ApiException when the apiserver refuses it."""
+        group, version, plural, kind = resource
         co.create_namespaced_custom_object(
             group, version, self.namespace, plural,
-            {"apiVersion": f"{group}/{version}", "kind": kind, "metadata": {"name": CLUSTER}, "spec": {}},
-        )  # fmt: skip
-        port = self.lab.config.port("kube-apiserver")
-        endpoint = {"host": "127.0.0.1", "port": port}
-        igroup, iversion, iplural, ikind = LAB_CLUSTER
-        co.create_namespaced_custom_object(
-            igroup, iversion, self.namespace, iplural,
-            {"apiVersion": f"{igroup}/{iversion}", "kind": ikind, "metadata": {"name": CLUSTER},
-             "spec": {"controlPlaneEndpoint": endpoint}},
-        )  # fmt: skip
-        co.create_namespaced_custom_object(
-            CAPI_GROUP, CAPI_VERSION, self.namespace, "clusters",
-            {"apiVersion": f"{CAPI_GROUP}/{CAPI_VERSION}", "kind": "Cluster", "metadata": {"name": CLUSTER},
-             "spec": {"controlPlaneEndpoint": endpoint,
-                      "infrastructureRef": {"apiGroup": igroup, "kind": ikind, "name": CLUSTER},
-                      "controlPlaneRef": {"apiGroup": group, "kind": kind, "name": CLUSTER}}},
+            {"apiVersion": f"{group}/{version}", "kind": kind, "metadata": metadata, "spec": spec},
         )  # fmt: skip
 
     def _control_plane_initialized(self) -> bool:

@@ -167,18 +167,21 @@ def generate(pki: Path) -> None:
     )
 
 
-def write_kubeconfig(path: Path, server: str, pki: Path, stem: str, user: str | None = None) -> Path:
-    """Write a kubeconfig for client ``stem`` (cert/key files in ``pki``) against ``server``; mode 0600."""
+def write_kubeconfig(
+    path: Path, server: str, pki: Path, stem: str, user: str | None = None, tls_server_name: str | None = None
+) -> Path:
+    """Write a kubeconfig for client ``stem`` (cert/key files in ``pki``, user ``user``, default
+    ``stem``) against ``server``; mode 0600. With ``tls_server_name`` the server's certificate is
+    checked for that name instead of the host in ``server`` (a real node reaches the apiserver
+    through a relay)."""
     user = user or stem
+    cluster = {"server": server, "certificate-authority": str(pki / "ca.crt")}
+    if tls_server_name:
+        cluster["tls-server-name"] = tls_server_name
     doc = {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [
-            {
-                "name": "noderemedy-lab",
-                "cluster": {"server": server, "certificate-authority": str(pki / "ca.crt")},
-            }
-        ],
+        "clusters": [{"name": "noderemedy-lab", "cluster": cluster}],
         "users": [
             {
                 "name": user,

@@ -277,35 +277,14 @@ class RealNodes:
     def _kubeconfig(self, path: Path, stem: str, user: str) -> Path:
         """A kubeconfig against the relay; the apiserver's certificate names ``kubernetes``, not
         the bridge address, hence ``tls-server-name``."""
-        pki_dir = Path(self.kube["pki"])
-        doc = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [
-                {
-                    "name": "lab",
-                    "cluster": {
-                        "server": f"https://{self.host_ip}:{self.cfg.port('kube-apiserver')}",
-                        "certificate-authority": str(pki_dir / "ca.crt"),
-                        "tls-server-name": "kubernetes",
-                    },
-                }
-            ],
-            "users": [
-                {
-                    "name": user,
-                    "user": {
-                        "client-certificate": str(pki_dir / f"{stem}.crt"),
-                        "client-key": str(pki_dir / f"{stem}.key"),
-                    },
-                }
-            ],
-            "contexts": [{"name": "lab", "context": {"cluster": "lab", "user": user}}],
-            "current-context": "lab",
-        }
-        path.write_text(yaml.safe_dump(doc, sort_keys=False))
-        path.chmod(0o600)
-        return path
+        return pki.write_kubeconfig(
+            path,
+            f"https://{self.host_ip}:{self.cfg.port('kube-apiserver')}",
+            Path(self.kube["pki"]),
+            stem,
+            user,
+            tls_server_name="kubernetes",
+        )
 
     def _write_node(self, j: int, wrapper: Path) -> dict:
         name = self.names[j]

@@ -36,6 +36,7 @@ from ansible_collections.noderemedy.core.plugins.module_utils._fence import (
     FenceConfigError,
     FenceDriver,
     FenceError,
+    Library,
     NotFoundError,
     PrivilegeError,
     RejectedError,
@@ -47,15 +48,10 @@ try:
     from botocore import exceptions as botocore_exc
     from botocore.config import Config as BotoConfig
 
-    HAS_BOTO3 = True
-    BOTO3_IMPORT_ERROR: str | None = None
+    BOTO3_LIBRARY = Library("boto3")
 except ImportError:  # pragma: no cover - exercised only without the library
-    HAS_BOTO3 = False
-    BOTO3_IMPORT_ERROR = traceback.format_exc()
+    BOTO3_LIBRARY = Library("boto3", traceback.format_exc())
     boto3 = botocore_exc = BotoConfig = None  # type: ignore[assignment]
-
-#: ``(name, present, import traceback)`` of the library, for ``_fence_module.fencing_module``.
-BOTO3_LIBRARY = ("boto3", HAS_BOTO3, BOTO3_IMPORT_ERROR)
 
 #: EC2 connection options; documented 1:1 by ``doc_fragments/aws.py``. Names are fence_aws's
 #: (``--region``, ``--access-key``, ``--secret-key``, ``--plug``) plus ``endpoint_url``.
@@ -212,7 +208,7 @@ class AwsInstanceDriver(FenceDriver):
 
     def open(self) -> None:
         """Create the EC2 client (no request yet)."""
-        if not HAS_BOTO3:
+        if not BOTO3_LIBRARY.present:
             raise FenceConfigError("the Python library boto3 is required")
         config = BotoConfig(
             connect_timeout=min(self.power_timeout, 10.0),

@@ -32,7 +32,7 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from ansible.module_utils.basic import env_fallback
 
@@ -56,6 +56,21 @@ FENCE_ARG_SPEC: dict[str, dict[str, Any]] = {
     "retry_on": {"type": "int", "default": 1},
     "poll_interval": {"type": "float", "default": 0.1},
 }
+
+
+class Library(NamedTuple):
+    """A Python library a fencing driver needs, as its module imported it (the ``try: import``
+    of Ansible's module guidelines): ``name`` (what ``missing_required_lib`` names) and
+    ``import_error``, the traceback of the failed import (None when it imported).
+    ``_fence_module.fencing_module`` fails the module when it is absent."""
+
+    name: str
+    import_error: str | None = None
+
+    @property
+    def present(self) -> bool:
+        """Whether the library imported."""
+        return self.import_error is None
 
 
 def login_arg_spec(
@@ -165,10 +180,12 @@ def aggregate(states: dict[str, str]) -> str:
     return others[0] if others else OFF
 
 
-def timing(params: dict[str, Any]) -> dict[str, Any]:
-    """The :data:`FENCE_ARG_SPEC` options of a module's ``params``, as keyword arguments of a
-    :class:`FenceDriver` (``power_timeout``, ``power_wait``, ``retry_on``, ``poll_interval``)."""
-    return {name: params[name] for name in FENCE_ARG_SPEC}
+def driver_options(params: dict[str, Any], *specs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The options of each argspec in ``specs`` (a driver's connection options, named as its
+    keyword arguments: ``IPMI_ARG_SPEC``...) and the :data:`FENCE_ARG_SPEC` timing options
+    (``power_timeout``, ``power_wait``, ``retry_on``, ``poll_interval``) of a module's ``params``,
+    as keyword arguments of a :class:`FenceDriver`."""
+    return {name: params[name] for spec in (*specs, FENCE_ARG_SPEC) for name in spec}
 
 
 def failure(exc: FenceError, evidence: dict[str, Any]) -> dict[str, Any]:

@@ -13,6 +13,7 @@ the shared code owns check mode, diff and the result). Errors become ``fail_json
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
@@ -20,6 +21,7 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.noderemedy.core.plugins.module_utils._fence import (
     FENCE_ARG_SPEC,
     FenceDriver,
+    Library,
     power_result,
     run_driver,
     unverified,
@@ -31,13 +33,13 @@ from ansible_collections.noderemedy.core.plugins.module_utils._secret import (
 
 #: Secret key -> option, for ``credentials_secret`` of the modules that log in with a user name
 #: and a password (IPMI, Redfish, vSphere).
-LOGIN_SECRET_KEYS = {"username": "username", "password": "password"}
+LOGIN_SECRET_KEYS: Mapping[str, str] = MappingProxyType({"username": "username", "password": "password"})
 
 
 def fencing_module(
     connection_spec: Mapping[str, dict[str, Any]],
     module_spec: Mapping[str, dict[str, Any]],
-    library: tuple[str, bool, str | None],
+    library: Library,
     **constraints: Any,
 ) -> AnsibleModule:
     """The ``AnsibleModule`` of a fencing module, with check mode supported.
@@ -46,7 +48,7 @@ def fencing_module(
         connection_spec: the device's connection options (``IPMI_ARG_SPEC``, ``SNMP_ARG_SPEC``...).
         module_spec: the module's own options (``state``, ``plug``...); they come last, after
             the shared timing (``FENCE_ARG_SPEC``) and ``credentials_secret`` options.
-        library: ``(name, present, import traceback)`` of the Python library the driver needs.
+        library: the Python library the driver needs (``_fence.Library``).
         constraints: ``mutually_exclusive``, ``required_if``, ``required_one_of``... as
             ``AnsibleModule`` takes them.
 
@@ -58,9 +60,8 @@ def fencing_module(
         supports_check_mode=True,
         **constraints,
     )
-    name, present, import_error = library
-    if not present:
-        module.fail_json(msg=missing_required_lib(name), exception=import_error)
+    if not library.present:
+        module.fail_json(msg=missing_required_lib(library.name), exception=library.import_error)
     return module
 
 
@@ -70,7 +71,7 @@ def fence(
     target: str,
     plugs: list[str],
     build: Callable[[], FenceDriver],
-    secret_keys: Mapping[str, str] | None,
+    secret_keys: Mapping[str, str] | None = LOGIN_SECRET_KEYS,
     run: Callable[[Any], Any] | None = None,
 ) -> tuple[Any, Any]:
     """Fill the credentials from ``credentials_secret``, build the driver and run the action.
@@ -80,7 +81,7 @@ def fence(
         method / target / plugs: the never-verified ``fence`` evidence (``_fence.unverified``)
             returned when the Secret cannot be read or the driver cannot be built.
         build: makes the driver from ``module.params`` (see ``_fence.run_driver``).
-        secret_keys: Secret key -> option (:data:`LOGIN_SECRET_KEYS`, ``_snmp.SNMP_SECRET_KEYS``);
+        secret_keys: Secret key -> option (default :data:`LOGIN_SECRET_KEYS`, ``_snmp.SNMP_SECRET_KEYS``);
             None when ``build`` reads the Secret itself (the AWS module resolves the instance
             first).
         run: the action on the built driver; default ``driver.run(state, check_mode)``.

@@ -42,6 +42,7 @@ from ansible_collections.noderemedy.core.plugins.module_utils._fence import (
     FenceConfigError,
     FenceDriver,
     FenceError,
+    Library,
     PrivilegeError,
     RejectedError,
     UnreachableError,
@@ -52,15 +53,10 @@ try:
     from pyghmi import exceptions as pyghmi_exc
     from pyghmi.ipmi.private import session as pyghmi_session
 
-    HAS_PYGHMI = True
-    PYGHMI_IMPORT_ERROR: str | None = None
+    PYGHMI_LIBRARY = Library("pyghmi")
 except ImportError:  # pragma: no cover - exercised only without the library
-    HAS_PYGHMI = False
-    PYGHMI_IMPORT_ERROR = traceback.format_exc()
+    PYGHMI_LIBRARY = Library("pyghmi", traceback.format_exc())
     pyghmi_exc = pyghmi_session = None  # type: ignore[assignment]
-
-#: ``(name, present, import traceback)`` of the library, for ``_fence_module.fencing_module``.
-PYGHMI_LIBRARY = ("pyghmi", HAS_PYGHMI, PYGHMI_IMPORT_ERROR)
 
 #: IPMI connection options; documented 1:1 by ``doc_fragments/ipmi.py``. Names are fence_ipmilan's.
 IPMI_ARG_SPEC: dict[str, dict[str, Any]] = {
@@ -125,7 +121,7 @@ def _install_wakeup_fix() -> None:
     session for that address already holds a queued packet; the caller then processes it.
     """
     global _WAKEUP_FIX_INSTALLED
-    if _WAKEUP_FIX_INSTALLED or not HAS_PYGHMI:
+    if _WAKEUP_FIX_INSTALLED or not PYGHMI_LIBRARY.present:
         return
     original = pyghmi_session._io_wait
 
@@ -258,7 +254,7 @@ class IpmiDriver(FenceDriver):
 
     def open(self) -> None:
         """Log in (RMCP+, requested suite and privilege). Raises a classified :class:`FenceError`."""
-        if not HAS_PYGHMI:
+        if not PYGHMI_LIBRARY.present:
             raise FenceConfigError("pyghmi: the Python library pyghmi is required")
         _install_wakeup_fix()
         cls = _SESSION_CLASSES.setdefault(self.cipher, _session_class(self.cipher))
@@ -339,7 +335,7 @@ class IpmiDriver(FenceDriver):
                     raise DeviceTimeoutError("no answer from the BMC", self.target)
         exc = box.get("error")
         if exc is not None:
-            if HAS_PYGHMI and isinstance(exc, pyghmi_exc.IpmiException):
+            if PYGHMI_LIBRARY.present and isinstance(exc, pyghmi_exc.IpmiException):
                 raise classify_login_error(str(exc), self.target) from None
             if isinstance(exc, OSError):
                 raise UnreachableError(f"cannot reach the BMC: {exc}", self.target) from None

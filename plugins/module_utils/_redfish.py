@@ -35,6 +35,7 @@ from ansible_collections.noderemedy.core.plugins.module_utils._fence import (
     FenceConfigError,
     FenceDriver,
     FenceError,
+    Library,
     NotFoundError,
     PrivilegeError,
     RejectedError,
@@ -47,15 +48,10 @@ try:
     from sushy import auth as sushy_auth
     from sushy import exceptions as sushy_exc
 
-    HAS_SUSHY = True
-    SUSHY_IMPORT_ERROR: str | None = None
+    SUSHY_LIBRARY = Library("sushy")
 except ImportError:  # pragma: no cover - exercised only without the library
-    HAS_SUSHY = False
-    SUSHY_IMPORT_ERROR = traceback.format_exc()
+    SUSHY_LIBRARY = Library("sushy", traceback.format_exc())
     sushy = sushy_auth = sushy_exc = None  # type: ignore[assignment]
-
-#: ``(name, present, import traceback)`` of the library, for ``_fence_module.fencing_module``.
-SUSHY_LIBRARY = ("sushy", HAS_SUSHY, SUSHY_IMPORT_ERROR)
 
 #: Redfish connection options; documented 1:1 by ``doc_fragments/redfish.py``. Names are
 #: fence_redfish's (``--ip``, ``--ipport``, ``--username``, ``--password``, ``--ssl-insecure``,
@@ -176,7 +172,7 @@ class RedfishDriver(FenceDriver):
     # -- connection ------------------------------------------------------------------------
     def open(self) -> None:
         """Read the service root (no authentication needed there, as DSP0266 says)."""
-        if not HAS_SUSHY:
+        if not SUSHY_LIBRARY.present:
             raise FenceConfigError("the Python library sushy is required")
         _quiet_sushy()
         try:

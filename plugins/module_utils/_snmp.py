@@ -35,6 +35,7 @@ from ansible_collections.noderemedy.core.plugins.module_utils._fence import (
     AuthError,
     FenceConfigError,
     FenceError,
+    Library,
     NotFoundError,
     PrivilegeError,
     RejectedError,
@@ -46,15 +47,10 @@ try:
     from pysnmp.hlapi.v3arch import asyncio as hlapi
     from pysnmp.proto import rfc1902, rfc1905
 
-    HAS_PYSNMP = True
-    PYSNMP_IMPORT_ERROR: str | None = None
+    PYSNMP_LIBRARY = Library("pysnmp")
 except ImportError:  # pragma: no cover - exercised only without the library
-    HAS_PYSNMP = False
-    PYSNMP_IMPORT_ERROR = traceback.format_exc()
+    PYSNMP_LIBRARY = Library("pysnmp", traceback.format_exc())
     hlapi = rfc1902 = rfc1905 = None  # type: ignore[assignment]
-
-#: ``(name, present, import traceback)`` of the library, for ``_fence_module.fencing_module``.
-PYSNMP_LIBRARY = ("pysnmp", HAS_PYSNMP, PYSNMP_IMPORT_ERROR)
 
 #: SNMP connection options; documented 1:1 by ``doc_fragments/snmp.py``. Names are fence-agents'.
 SNMP_ARG_SPEC: dict[str, dict[str, Any]] = {
@@ -239,7 +235,7 @@ class SnmpClient:
         snmp_timeout: float = 1.0,
         snmp_retries: int = 1,
     ) -> None:
-        if not HAS_PYSNMP:
+        if not PYSNMP_LIBRARY.present:
             raise FenceConfigError("pysnmp: the Python library pysnmp (>= 7) is required")
         if not ipaddr:
             raise FenceConfigError("ipaddr: the device address is required")
@@ -394,41 +390,30 @@ class SnmpClient:
         Raises: UnreachableError, AuthError, NotFoundError, RejectedError (see module docstring).
         """
         norm = [normalize_oid(o) for o in oids]
-        what = f"GET {', '.join(norm)}"
-
-        async def go() -> Any:
-            await self._ensure()
-            return await hlapi.get_cmd(
-                self._engine,
-                self._auth,
-                self._transport,
-                hlapi.ContextData(),
-                *[hlapi.ObjectType(hlapi.ObjectIdentity(o)) for o in norm],
-                lookupMib=False,
-            )
-
-        ind, status, index, var_binds = self._run(go())
-        self._check(what, ind, status, index, var_binds)
+        objects = [hlapi.ObjectType(hlapi.ObjectIdentity(o)) for o in norm]
+        var_binds = self._command(hlapi.get_cmd, f"GET {', '.join(norm)}", objects)
         return [_value(vb[1]) for vb in var_binds]
 
     def set(self, oid: str, value: int) -> None:
         """SET one INTEGER (Integer32). Raises as :meth:`get`, plus PrivilegeError for read-only access."""
         norm = normalize_oid(oid)
-        what = f"SET {norm}={value}"
+        objects = [hlapi.ObjectType(hlapi.ObjectIdentity(norm), rfc1902.Integer32(int(value)))]
+        self._command(hlapi.set_cmd, f"SET {norm}={value}", objects)
+
+    def _command(self, command: Any, what: str, objects: list[Any]) -> Any:
+        """Send one PDU with ``command`` (pysnmp ``get_cmd`` / ``set_cmd``) for ``objects``
+        (``ObjectType``) and return its var-binds; errors are classified by :meth:`_check`, naming
+        ``what``."""
 
         async def go() -> Any:
             await self._ensure()
-            return await hlapi.set_cmd(
-                self._engine,
-                self._auth,
-                self._transport,
-                hlapi.ContextData(),
-                hlapi.ObjectType(hlapi.ObjectIdentity(norm), rfc1902.Integer32(int(value))),
-                lookupMib=False,
+            return await command(
+                self._engine, self._auth, self._transport, hlapi.ContextData(), *objects, lookupMib=False
             )
 
         ind, status, index, var_binds = self._run(go())
         self._check(what, ind, status, index, var_binds)
+        return var_binds
 
     def walk(self, oid: str, max_rows: int = 10000) -> list[tuple[str, int | str]]:
         """GETNEXT-walk the subtree under ``oid``: [(oid without leading dot, value), ...]."""

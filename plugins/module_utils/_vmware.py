@@ -33,6 +33,7 @@ from ansible_collections.noderemedy.core.plugins.module_utils._fence import (
     FenceConfigError,
     FenceDriver,
     FenceError,
+    Library,
     NotFoundError,
     PrivilegeError,
     RejectedError,
@@ -44,15 +45,10 @@ try:
     from pyVim.connect import Disconnect, SmartConnect
     from pyVmomi import vim, vmodl
 
-    HAS_PYVMOMI = True
-    PYVMOMI_IMPORT_ERROR: str | None = None
+    PYVMOMI_LIBRARY = Library("pyvmomi")
 except ImportError:  # pragma: no cover - exercised only without the library
-    HAS_PYVMOMI = False
-    PYVMOMI_IMPORT_ERROR = traceback.format_exc()
+    PYVMOMI_LIBRARY = Library("pyvmomi", traceback.format_exc())
     Disconnect = SmartConnect = vim = vmodl = None  # type: ignore[assignment]
-
-#: ``(name, present, import traceback)`` of the library, for ``_fence_module.fencing_module``.
-PYVMOMI_LIBRARY = ("pyvmomi", HAS_PYVMOMI, PYVMOMI_IMPORT_ERROR)
 
 #: vSphere connection options; documented 1:1 by ``doc_fragments/vmware.py`` (fence_vmware_soap names).
 VMWARE_ARG_SPEC: dict[str, dict[str, Any]] = {
@@ -145,7 +141,7 @@ class VmwareVmDriver(FenceDriver):
 
     def open(self) -> None:
         """Log in (``SessionManager.Login``)."""
-        if not HAS_PYVMOMI:
+        if not PYVMOMI_LIBRARY.present:
             raise FenceConfigError("the Python library pyvmomi is required")
         try:
             self._si = SmartConnect(

@@ -69,15 +69,6 @@ EXAMPLES = r"""
     state: 'off'
   register: fenced
 
-- name: Release its workloads only with the evidence
-  noderemedy.core.node_taint:
-    name: "{{ node.metadata.name }}"
-    taints:
-      - key: node.kubernetes.io/out-of-service
-        value: nodeshutdown
-        effect: NoExecute
-    fence_evidence: "{{ fenced.fence }}"
-
 - name: Start an instance again (keys from the environment)
   noderemedy.core.aws_instance_power:
     region: eu-west-1
@@ -161,7 +152,7 @@ from ansible_collections.noderemedy.core.plugins.module_utils._aws import (  # n
 )
 from ansible_collections.noderemedy.core.plugins.module_utils._fence import (  # noqa: E402
     POWER_STATE_ARG_SPEC,
-    timing,
+    driver_options,
     unverified,
 )
 from ansible_collections.noderemedy.core.plugins.module_utils._fence_module import (  # noqa: E402
@@ -206,7 +197,7 @@ def main() -> None:
             access_key=p["access_key"],
             secret_key=p["secret_key"],
             endpoint_url=p["endpoint_url"],
-            **timing(p),
+            **driver_options(p),
         )
 
     driver, res = fence(module, "aws", target, [p["plug"] or p["provider_id"] or p["node"]], build, None)

@@ -182,7 +182,7 @@ from ansible_collections.noderemedy.core.plugins.module_utils._fc_switch import 
     WORDS,
     FcSwitchDriver,
 )
-from ansible_collections.noderemedy.core.plugins.module_utils._fence import timing  # noqa: E402
+from ansible_collections.noderemedy.core.plugins.module_utils._fence import driver_options  # noqa: E402
 from ansible_collections.noderemedy.core.plugins.module_utils._fence_module import fence, fencing_module  # noqa: E402
 from ansible_collections.noderemedy.core.plugins.module_utils._snmp import (  # noqa: E402
     PYSNMP_LIBRARY,
@@ -209,13 +209,7 @@ def main() -> None:
         "fc",
         f"{p['ipaddr']}:{p['ipport']}",
         p["plug"],
-        lambda: FcSwitchDriver(
-            client_from_params(p),
-            p["plug"],
-            profile=p["profile"],
-            verify_oper_status=p["verify_oper_status"],
-            **timing(p),
-        ),
+        lambda: FcSwitchDriver(client_from_params(p), p["plug"], **driver_options(p, FC_ARG_SPEC)),
         SNMP_SECRET_KEYS,
         lambda d: d.run(ACTIONS[p["state"]], check_mode=module.check_mode),
     )

@@ -82,15 +82,6 @@ EXAMPLES = r"""
       namespace: noderemedy
     state: 'off'
 
-- name: Release its workloads only with the evidence
-  noderemedy.core.node_taint:
-    name: lab-node-0
-    taints:
-      - key: node.kubernetes.io/out-of-service
-        value: nodeshutdown
-        effect: NoExecute
-    fence_evidence: "{{ fenced.fence }}"
-
 - name: Credentials once for every fencing module
   module_defaults:
     group/noderemedy.core.fencing:
@@ -169,11 +160,10 @@ fence:
 
 from ansible_collections.noderemedy.core.plugins.module_utils._fence import (  # noqa: E402
     POWER_STATE_ARG_SPEC,
+    driver_options,
     power_result,
-    timing,
 )
 from ansible_collections.noderemedy.core.plugins.module_utils._fence_module import (  # noqa: E402
-    LOGIN_SECRET_KEYS,
     fence,
     fencing_module,
 )
@@ -198,17 +188,8 @@ def main() -> None:
         "ipmi",
         f"{p['ipaddr']}:{p['ipport']}",
         ["chassis"],
-        lambda: IpmiDriver(
-            ipaddr=p["ipaddr"],
-            ipport=p["ipport"],
-            username=p["username"],
-            password=p["password"],
-            cipher=p["cipher"],
-            privlvl=p["privlvl"],
-            **timing(p),
-        ),
-        LOGIN_SECRET_KEYS,
-        (lambda d: d.cycle(check_mode=module.check_mode)) if cycle else None,
+        lambda: IpmiDriver(**driver_options(p, IPMI_ARG_SPEC)),
+        run=(lambda d: d.cycle(check_mode=module.check_mode)) if cycle else None,
     )
     if cycle:
         result = {

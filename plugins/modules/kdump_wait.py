@@ -47,15 +47,6 @@ EXAMPLES = r"""
     nodename: [worker-3, 10.0.0.23]
     timeout: 60
   register: kdump
-
-- name: Release its workloads at once when it crashed into kdump
-  noderemedy.core.node_taint:
-    name: worker-3
-    taints:
-      - key: node.kubernetes.io/out-of-service
-        value: nodeshutdown
-        effect: NoExecute
-    fence_evidence: "{{ kdump.fence }}"
   when: kdump.fence.verified
 """
 

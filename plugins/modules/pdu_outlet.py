@@ -229,8 +229,8 @@ fence:
 
 from ansible_collections.noderemedy.core.plugins.module_utils._fence import (  # noqa: E402
     POWER_STATE_ARG_SPEC,
+    driver_options,
     power_result,
-    timing,
 )
 from ansible_collections.noderemedy.core.plugins.module_utils._fence_module import fence, fencing_module  # noqa: E402
 from ansible_collections.noderemedy.core.plugins.module_utils._pdu import (  # noqa: E402
@@ -275,7 +275,7 @@ def main() -> None:
             )
         else:
             profile = None if p["profile"] == "auto" else PROFILES[p["profile"]]
-        return PduDriver(client_from_params(p), p["plug"], profile, **timing(p))
+        return PduDriver(client_from_params(p), p["plug"], profile, **driver_options(p))
 
     driver, res = fence(module, "pdu", f"{p['ipaddr']}:{p['ipport']}", p["plug"], build, SNMP_SECRET_KEYS)
     result = power_result(

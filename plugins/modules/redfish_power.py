@@ -68,15 +68,6 @@ EXAMPLES = r"""
     state: 'off'
   register: fenced
 
-- name: Release its workloads only with the evidence
-  noderemedy.core.node_taint:
-    name: lab-node-0
-    taints:
-      - key: node.kubernetes.io/out-of-service
-        value: nodeshutdown
-        effect: NoExecute
-    fence_evidence: "{{ fenced.fence }}"
-
 - name: Power on the system named lab-node-1, credentials from a Secret (keys username, password)
   noderemedy.core.redfish_power:
     ipaddr: 10.0.0.20
@@ -155,9 +146,11 @@ fence:
 """
 
 
-from ansible_collections.noderemedy.core.plugins.module_utils._fence import POWER_STATE_ARG_SPEC, timing  # noqa: E402
+from ansible_collections.noderemedy.core.plugins.module_utils._fence import (  # noqa: E402
+    POWER_STATE_ARG_SPEC,
+    driver_options,
+)
 from ansible_collections.noderemedy.core.plugins.module_utils._fence_module import (  # noqa: E402
-    LOGIN_SECRET_KEYS,
     exit_power,
     fence,
     fencing_module,
@@ -186,20 +179,7 @@ def main() -> None:
         "redfish",
         f"{p['ipaddr']}:{p['ipport'] or (443 if p['ssl'] else 80)}",
         [p["systems_uri"] or p["plug"] or "system"],
-        lambda: RedfishDriver(
-            ipaddr=p["ipaddr"],
-            username=p["username"],
-            password=p["password"],
-            ipport=p["ipport"],
-            ssl=p["ssl"],
-            ssl_insecure=p["ssl_insecure"],
-            ca_path=p["ca_path"],
-            redfish_uri=p["redfish_uri"],
-            systems_uri=p["systems_uri"],
-            plug=p["plug"],
-            **timing(p),
-        ),
-        LOGIN_SECRET_KEYS,
+        lambda: RedfishDriver(**driver_options(p, REDFISH_ARG_SPEC)),
     )
     exit_power(module, driver, res, systems_uri=driver.resolved_uri)
 

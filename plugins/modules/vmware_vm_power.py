@@ -65,15 +65,6 @@ EXAMPLES = r"""
       namespace: noderemedy
     state: 'off'
   register: fenced
-
-- name: Release its workloads only with the evidence
-  noderemedy.core.node_taint:
-    name: worker-3
-    taints:
-      - key: node.kubernetes.io/out-of-service
-        value: nodeshutdown
-        effect: NoExecute
-    fence_evidence: "{{ fenced.fence }}"
 """
 
 RETURN = r"""
@@ -137,9 +128,11 @@ fence:
 """
 
 
-from ansible_collections.noderemedy.core.plugins.module_utils._fence import POWER_STATE_ARG_SPEC, timing  # noqa: E402
+from ansible_collections.noderemedy.core.plugins.module_utils._fence import (  # noqa: E402
+    POWER_STATE_ARG_SPEC,
+    driver_options,
+)
 from ansible_collections.noderemedy.core.plugins.module_utils._fence_module import (  # noqa: E402
-    LOGIN_SECRET_KEYS,
     exit_power,
     fence,
     fencing_module,
@@ -168,17 +161,7 @@ def main() -> None:
         "vmware",
         f"{p['ipaddr']}:{p['ipport']}",
         [p["plug"]],
-        lambda: VmwareVmDriver(
-            ipaddr=p["ipaddr"],
-            username=p["username"],
-            password=p["password"],
-            plug=p["plug"],
-            ipport=p["ipport"],
-            ssl_insecure=p["ssl_insecure"],
-            ca_path=p["ca_path"],
-            **timing(p),
-        ),
-        LOGIN_SECRET_KEYS,
+        lambda: VmwareVmDriver(**driver_options(p, VMWARE_ARG_SPEC)),
     )
     exit_power(module, driver, res)
 
