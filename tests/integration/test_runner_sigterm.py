@@ -221,7 +221,13 @@ def sigterm_at_every_segment(
         return reached
 
     def power_cut_in_run() -> bool:  # the release: the BMC reads off, the run is still in flight
-        return "0" in power_sets(lab, DEAD, since) and running(pm_off)
+        if "0" not in power_sets(lab, DEAD, since):
+            return False
+        if executor == "inprocess":
+            return in_flight(leader(), pm_off)
+        # the Job still active: its pod may run the release while the API still says Pending (a
+        # busy kubelet can post Pending, then Succeeded), so the pod's phase is not asked here
+        return _job_active(batch, JOB_NAMESPACE, job_name(pm_off)) is not None
 
     into = INTO_RUN if executor == "inprocess" else INTO_JOB_RUN
     points: list[tuple[str, str, Callable[[], bool]]] = [
@@ -238,7 +244,13 @@ def sigterm_at_every_segment(
         other = next((r for r in both if r is not stopped), None)
         before = _acting(other) if other is not None else 0
         tokens = run_tokens(str(lab.kubeconfig)) if executor == "inprocess" else set()
-        job = _job_running(batch, core, JOB_NAMESPACE, job_name(ident)) if executor == "job" else None
+        job = None
+        if executor == "job":
+            job = (
+                _job_active(batch, JOB_NAMESPACE, job_name(ident))
+                if reached is power_cut_in_run
+                else _job_running(batch, core, JOB_NAMESPACE, job_name(ident))
+            )
         t0 = time.monotonic()
         code = stopped.stop(timeout=60)
         exit_s = time.monotonic() - t0
@@ -300,20 +312,31 @@ JOB_NAMESPACE = "noderemedy-system"
 STAND_IN = "noderemedy-runner-stand-in"
 
 
-def _job_running(batch: client.BatchV1Api, core: client.CoreV1Api, namespace: str, jname: str) -> Any:
-    """Job ``jname`` (a V1Job) when it is active and one of its pods runs; else None."""
+def _job_active(batch: client.BatchV1Api, namespace: str, jname: str) -> Any:
+    """Job ``jname`` (as a dict) while it is active (a pod not finished, the Job neither Complete
+    nor Failed) and not being deleted; else None."""
     try:
         job = batch.read_namespaced_job(jname, namespace)
     except ApiException as exc:
         if exc.status == 404:
             return None
         raise
-    if job.metadata.deletion_timestamp is not None or not (job.status.active or 0):
+    done = any(c.type in ("Complete", "Failed") and c.status == "True" for c in job.status.conditions or [])
+    if job.metadata.deletion_timestamp is not None or not (job.status.active or 0) or done:
+        return None
+    return job.to_dict()
+
+
+def _job_running(batch: client.BatchV1Api, core: client.CoreV1Api, namespace: str, jname: str) -> Any:
+    """Job ``jname`` (as a dict) when it is active (:func:`_job_active`) and one of its pods is
+    Running; else None."""
+    job = _job_active(batch, namespace, jname)
+    if job is None:
         return None
     pods = core.list_namespaced_pod(
-        namespace, label_selector=f"batch.kubernetes.io/controller-uid={job.metadata.uid}"
+        namespace, label_selector=f"batch.kubernetes.io/controller-uid={job['metadata']['uid']}"
     ).items
-    return job.to_dict() if any(p.status.phase == "Running" for p in pods) else None
+    return job if any(p.status.phase == "Running" for p in pods) else None
 
 
 def _job_fate(batch: client.BatchV1Api, job: dict[str, Any]) -> str:

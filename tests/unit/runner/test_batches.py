@@ -334,6 +334,9 @@ def test_batches_running_at_once_each_run_their_own_hosts(tmp_path: Path, playbo
     out, _ = run_all(ex, {f"nf-{h}": step(f"nf-{h}-r0", h) for h in "abcd"})
     assert all(o.succeeded and o.ok == 2 for o in out.values()), out
     assert ex.batches_started == 4
+    # each caller gets its outcome at its host's last event, before ansible-runner has written the
+    # run's last event files: read them once every batch has given its slot back (its run is over)
+    wait_until(lambda: ex.slots.in_flight == 0, 60, "the batches' runs to end")
     runs = list((tmp_path / "runs" / "batches" / "fence_step").iterdir())
     assert len(runs) == 4
     hosts = []
