@@ -62,9 +62,10 @@ STOP_TARGET = 3.0
 #: Seconds after the start of a run at which the SIGTERM lands in that run: the playbook is then
 #: past its start-up and inside the step's module (the BMC's power-off, the FC switch's SET).
 INTO_RUN = 1.5
-#: The same for a Job's run, counted from its pod seen Running: the pod's Python and Ansible start
-#: first (about 2 to 4 s in the lab).
-INTO_JOB_RUN = 3.0
+#: The same for a Job's run, counted from the Job seen active: its pod starts, then the pod's Python
+#: and Ansible (about 2 to 4 s in the lab). The pod's phase is not asked: a busy kubelet can post
+#: Pending, then Succeeded, for a pod that ran.
+INTO_JOB_RUN = 5.0
 
 
 #: The detector runs too (as in a deployment; its wait for node changes must end on a stop), on a
@@ -204,12 +205,12 @@ def sigterm_at_every_segment(
     def running(ident: str) -> bool:
         if executor == "inprocess":
             return in_flight(leader(), ident)
-        return _job_running(batch, core, JOB_NAMESPACE, job_name(ident)) is not None
+        return _job_active(batch, JOB_NAMESPACE, job_name(ident)) is not None
 
     def run_for(ident: str, offset: float) -> Callable[[], bool]:
         seen: dict[str, float] = {}
 
-        def reached() -> bool:  # ``offset`` seconds into the run (for a Job: into its pod's run)
+        def reached() -> bool:  # ``offset`` seconds into the run (for a Job: since seen active)
             r = leader()
             at = _started(r, ident)
             if at is None or not running(ident):
@@ -223,11 +224,7 @@ def sigterm_at_every_segment(
     def power_cut_in_run() -> bool:  # the release: the BMC reads off, the run is still in flight
         if "0" not in power_sets(lab, DEAD, since):
             return False
-        if executor == "inprocess":
-            return in_flight(leader(), pm_off)
-        # the Job still active: its pod may run the release while the API still says Pending (a
-        # busy kubelet can post Pending, then Succeeded), so the pod's phase is not asked here
-        return _job_active(batch, JOB_NAMESPACE, job_name(pm_off)) is not None
+        return running(pm_off)
 
     into = INTO_RUN if executor == "inprocess" else INTO_JOB_RUN
     points: list[tuple[str, str, Callable[[], bool]]] = [
@@ -244,13 +241,7 @@ def sigterm_at_every_segment(
         other = next((r for r in both if r is not stopped), None)
         before = _acting(other) if other is not None else 0
         tokens = run_tokens(str(lab.kubeconfig)) if executor == "inprocess" else set()
-        job = None
-        if executor == "job":
-            job = (
-                _job_active(batch, JOB_NAMESPACE, job_name(ident))
-                if reached is power_cut_in_run
-                else _job_running(batch, core, JOB_NAMESPACE, job_name(ident))
-            )
+        job = _job_active(batch, JOB_NAMESPACE, job_name(ident)) if executor == "job" else None
         t0 = time.monotonic()
         code = stopped.stop(timeout=60)
         exit_s = time.monotonic() - t0
@@ -325,18 +316,6 @@ def _job_active(batch: client.BatchV1Api, namespace: str, jname: str) -> Any:
     if job.metadata.deletion_timestamp is not None or not (job.status.active or 0) or done:
         return None
     return job.to_dict()
-
-
-def _job_running(batch: client.BatchV1Api, core: client.CoreV1Api, namespace: str, jname: str) -> Any:
-    """Job ``jname`` (as a dict) when it is active (:func:`_job_active`) and one of its pods is
-    Running; else None."""
-    job = _job_active(batch, namespace, jname)
-    if job is None:
-        return None
-    pods = core.list_namespaced_pod(
-        namespace, label_selector=f"batch.kubernetes.io/controller-uid={job['metadata']['uid']}"
-    ).items
-    return job if any(p.status.phase == "Running" for p in pods) else None
 
 
 def _job_fate(batch: client.BatchV1Api, job: dict[str, Any]) -> str:
