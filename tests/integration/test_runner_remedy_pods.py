@@ -99,11 +99,6 @@ def reasons(api: client.ApiClient, name: str) -> list[tuple[str, str]]:
     return [(e.reason, e.message) for e in evs]
 
 
-def active_job(lab: Any, namespace: str) -> bool:
-    jobs = kjson(lab, "-n", namespace, "get", "jobs")["items"]
-    return any((j.get("status") or {}).get("active") for j in jobs)
-
-
 @pytest.fixture
 def real_down(lab_real: Any) -> Iterator[str]:
     """lab-real-1 powered off (its BMC); afterwards untainted, powered on and Ready."""
@@ -130,8 +125,11 @@ def test_a_pod_remedy_runs_elsewhere_then_escalates_to_the_fence_flow(
     repair = pod_template("repair", command='sleep 4; echo "repairing $NODEREMEDY_NODE"')
     r = runner_for(lab_real, fence_ns, tmp_path, configuration(node, remedies, repair))
     try:
-        # the runner killed while the remedy's Job runs: the restarted one adopts it
-        wait_for(lambda: active_job(lab_real, fence_ns.name), 120, "the remedy's Job running")
+        # the runner killed once it has created the remedy's Job (logged after the Node's
+        # annotation, which a busy API server answers seconds after the Job runs): the restarted
+        # one adopts it, running or done
+        created = r"^remedy repair: Job .* created$"
+        wait_for(lambda: r.logged(created), 120, "the remedy's Job created")
         r.kill9()
         r.start()
         final = wait_for(lambda: settled(api, node), 420, f"the NodeFence of {node} Final")

@@ -203,8 +203,9 @@ def sigterm_at_every_segment(
         return acting[0]
 
     def running(ident: str) -> bool:
-        if executor == "inprocess":
-            return in_flight(leader(), ident)
+        if executor == "inprocess":  # logged as started, and its playbook's processes are up
+            # (on a busy host ansible-runner spawns them a while after the run is logged)
+            return in_flight(leader(), ident) and bool(run_tokens(str(lab.kubeconfig)))
         return _job_active(batch, JOB_NAMESPACE, job_name(ident)) is not None
 
     def run_for(ident: str, offset: float) -> Callable[[], bool]:
