@@ -97,7 +97,11 @@ def test_dry_run_decides_and_writes_nothing(
     # the detector's first decision
     wait_for(lambda: get(r.metrics_url + "/readyz") == 200, 30, "/readyz 200")
     assert get(r.metrics_url + "/healthz") == 200
-    assert r.metric("noderemedy_unhealthy_nodes", {"configuration": "lab"}) == 1
+    # set by the detector's pass once it has handed the create to its pool, whose thread may log
+    # the decision first
+    wait_for(
+        lambda: r.metric("noderemedy_unhealthy_nodes", {"configuration": "lab"}) == 1, 60, "unhealthy gauge"
+    )
     # nothing written: no NodeFence, no Lease, no status ConfigMap, no Event
     assert node not in nodefences(api)
     assert client.CoordinationV1Api(api).list_namespaced_lease(namespace).items == []

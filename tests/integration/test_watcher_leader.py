@@ -65,7 +65,13 @@ def test_only_the_leader_acts_and_the_follower_takes_over_after_kill_9(
     assert follower.metric("noderemedy_leader") == 0
     assert follower.logged("^acting$") == []
     assert follower.metric("noderemedy_selected_nodes", {"configuration": "lab"}) is None
-    assert leader.metric("noderemedy_selected_nodes", {"configuration": "lab"}) == 3
+    # the gauge is set by the detector's first pass, which may come after 'acting' (logged once
+    # the detector's watches have synced)
+    wait_for(
+        lambda: leader.metric("noderemedy_selected_nodes", {"configuration": "lab"}) == 3,
+        60,
+        "the leader's first detection pass",
+    )
 
     leader.kill9()
     killed = time.monotonic()
