@@ -132,8 +132,13 @@ def test_a_wrong_bmc_password_is_reported_by_the_next_check_while_the_node_is_he
     waited = time.monotonic() - changed_at
     message = auth[0].message
     assert auth[0].type == "Warning" and f"fencing node(s) {SPARE}" in message and "auth" in message, message
-    on_node = [e for e in events(api, "default", "Node", SPARE) if e.reason == "FenceAuthFailed"]
-    assert on_node and on_node[0].message == message
+    # the Node's Event is written after the template's (a read of the Node in between)
+    on_node = wait_for(
+        lambda: [e for e in events(api, "default", "Node", SPARE) if e.reason == "FenceAuthFailed"],
+        60,
+        f"FenceAuthFailed on Node {SPARE}",
+    )
+    assert on_node[0].message == message
     # reported by the check, while the node is healthy, with no NodeFence and no power change
     assert lab_kube.node_ready([SPARE]) == {SPARE: "True"}
     nfs = client.CustomObjectsApi(api).list_cluster_custom_object(
