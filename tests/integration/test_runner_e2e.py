@@ -916,10 +916,10 @@ def test_taint_follows_verified_power_off_five_times_and_prints_latency(
             # the API read directly (a few ms), not through a kubectl process (~0.15 s a poll)
             wait_for(lambda: oos_on(core, DEAD), 120, "taint", interval=0.02)
             times.append(time.monotonic() - start)
-            # the run released on its own verified fence; the status records it right after the run
+            # the run released on its own verified fence; the status records it once the run ended
             wait_for(
                 lambda name=name: conds(get_nf(co, name)).get("FenceVerified", {}).get("status") == "True",
-                30,
+                120,
                 "FenceVerified=True",
             )
             co.delete_cluster_custom_object(*NF, name)
