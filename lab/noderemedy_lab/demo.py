@@ -49,6 +49,7 @@ import yaml
 
 from noderemedy_runner.machines.actions import OUT_OF_SERVICE_TAINT_KEY as OUT_OF_SERVICE
 
+from .bmc import power_sets
 from .config import LabConfig
 from .lab import Lab
 from .procs import ComponentError
@@ -277,6 +278,11 @@ class Watch:
         self.fc_state = Path(dev["snmp"]["fc"]["state_file"])
         self.fc_port = str(int(dev["fc_ports"][node].rsplit("/", 1)[1]))
         self.power_file = Path(dev["bmcs"][node]["power_file"])
+        # off since the watch began, from the BMC's log of power sets: the fence's ipmi-on segment
+        # starts as soon as its ipmi-off segment ends, and a look at the power file every few
+        # seconds (three kubectl runs per refresh) can miss the few seconds the power is off
+        self.power_log = dev["bmcs"][node]["power_log"]
+        self.sets_before = len(power_sets(self.power_log))
         self.power_was_off = False
 
     def refresh(self) -> dict:
@@ -292,7 +298,9 @@ class Watch:
         except (OSError, ValueError, KeyError):
             fc = None
         power = self.power_file.read_text().strip() if self.power_file.exists() else None
-        self.power_was_off |= power == "0"
+        self.power_was_off |= power == "0" or any(
+            v == 0 for _, v in power_sets(self.power_log)[self.sets_before :]
+        )
         return {
             "ready": conds.get("Ready"),
             "taints": taints,
@@ -423,7 +431,7 @@ def scenario(lab: Lab, kind: str, timeout: float) -> dict:
         snap = watch.refresh()
         now = time.monotonic() - t0
         recorder.observe(now, lanes(snap))
-        if heal and snap["power"] == "0":
+        if heal and snap["power_was_off"]:
             lab.heal(heal)  # the fence's power cycle brings the link back, as a reboot does
             heal = None
         fence_state = (snap["fence"].get("step"), snap["fence"].get("status"))

@@ -40,6 +40,7 @@ from test_runner_e2e import (  # noqa: F401 - fixtures shared with the host runn
     taint_present,
 )
 
+from noderemedy_lab.bmc import power_sets
 from noderemedy_lab.images import BUSYBOX_IMAGE
 from noderemedy_lab.realnode import REAL_TAINT, SHARED_MOUNT
 from noderemedy_lab.workload import failover_figures, prefer_node, uptime, writer_statefulset, writes
@@ -98,8 +99,8 @@ def scenario(
 ) -> dict[str, Any]:
     """Run web-0 on ``node``, ``fail`` the node, fence it with a NodeFence; returns the figures
     (:func:`failover_figures`, seconds from the moment ``fail`` was called, plus ``taint_s`` and
-    ``failure_done_s``, when ``fail`` returned). ``on_power_off`` runs once when the fence has
-    powered the node off (the BMC's power file)."""
+    ``failure_done_s``, when ``fail`` returned). ``on_power_off`` runs once the fence has powered
+    the node off (a power-off set in the BMC's power log since ``fail``)."""
     other = next(n for n in REAL if n != node)
     # web-0 starts on ``node`` and nowhere else: with a mere preference the scheduler took the other
     # node now and then, ``node`` being just back from an earlier test; both are waited for first
@@ -118,6 +119,8 @@ def scenario(
     patch = [{"op": "replace", "path": "/spec/template/spec/affinity", "value": prefer_node(other, REAL)}]
     out = lab.kubectl("-n", ns, "patch", "statefulset", "web", "--type=json", "-p", json.dumps(patch))
     assert out.returncode == 0, out.stderr
+    power_log = lab.info["devices"]["bmcs"][node]["power_log"]
+    sets_before = len(power_sets(power_log))
     t_fail = uptime()  # when the failure is issued: the figures count from here
     fail()
     t_done = uptime()  # the BMC answers a power off once its hook has killed the node
@@ -128,10 +131,12 @@ def scenario(
     nodefence(co, name, node)
     seen: dict[str, Any] = {"running_elsewhere": None, "taint": None}
     deadline = time.monotonic() + 300
-    power_file = Path(lab.info["devices"]["bmcs"][node]["power_file"])
     while time.monotonic() < deadline:
         obj = get_nf(co, name)
-        if on_power_off is not None and power_file.read_text().strip() == "0":
+        # the BMC's log of power sets, not its power file: the fence's ipmi-on segment starts as
+        # soon as its ipmi-off segment ends, and a look at the file every few seconds (a kubectl
+        # per round) can miss the few seconds the power is off
+        if on_power_off is not None and any(v == 0 for _, v in power_sets(power_log)[sets_before:]):
             on_power_off()
             on_power_off = None
         if seen["taint"] is None and taint_present(lab, node):
