@@ -20,7 +20,7 @@ from noderemedy_lab import pki
 from noderemedy_lab.config import LabConfig
 from noderemedy_lab.images import ensure_node_images
 from noderemedy_lab.procs import ComponentError, Supervisor
-from noderemedy_lab.realnode import RealNodes, leftovers
+from noderemedy_lab.realnode import READY_TIMEOUT, RealNodes, leftovers
 
 pytestmark = [pytest.mark.lab]
 
@@ -50,7 +50,9 @@ def test_a_kubelet_that_exits_is_named_and_nothing_is_left(cfg):
     # the relay has no apiserver to forward to here; it still listens on the lab bridge
     try:
         nodes.start()
-        deadline = time.monotonic() + 60
+        # the node's init starts containerd and imports the images before it starts the kubelet
+        # (nodeinit.Node.boot): as long as the lab gives a real node to turn Ready
+        deadline = time.monotonic() + READY_TIMEOUT
         with pytest.raises(ComponentError) as err:
             while time.monotonic() < deadline:
                 nodes.check_alive()
