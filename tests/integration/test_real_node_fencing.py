@@ -297,7 +297,7 @@ def test_with_every_fence_method_failing_the_old_writer_keeps_writing_and_no_sec
         assert not any(tainted), "an out-of-service taint was applied without a verified fence"
         # the old writer is alive and still writes; no second writer ever existed
         count = len(writes(shared)[old])
-        wait_for(lambda: len(writes(shared)[old]) > count, 15, "the old writer's next line")
+        wait_for(lambda: len(writes(shared)[old]) > count, 60, "the old writer's next line")
         assert uids == {old}, uids
         assert set(writes(shared)) == {old}
         assert Path(bmc["power_file"]).read_text().strip() == "1", "the node was powered off"
