@@ -374,7 +374,11 @@ def test_mhc_escalation_with_a_lying_bmc_hands_the_machine_over_after_two_attemp
         assert _owner_remediated(m).get("status") == "False", m.get("status")
         assert obj["status"]["retryCount"] == 2 and phases[-1] == "deleting-machine", (obj["status"], phases)
         assert "power-on" not in phases, f"a power-on without a verified power-off: {phases}"
-        assert _bmc_lines(lab_real, node)[before:] == ["0 ignored", "0 ignored"], "exactly 2 power attempts"
+        # the two attempts are retryCount (above); on the BMC's side each took a power-off and did
+        # not do it. An attempt may be logged twice: ipmi_power sends its Chassis Control again when
+        # no answer came within its power timeout (3 s here), and the BMC does every copy it gets
+        sent = _bmc_lines(lab_real, node)[before:]
+        assert len(sent) >= 2 and set(sent) == {"0 ignored"}, f"2 power attempts, each refused: {sent}"
         assert not any(taints) and not tainted(lab_real, node), "a taint without a verified power-off"
         assert "EscalatedToMachineDeletion" in runner_events(lab_real, ns, node)
 
