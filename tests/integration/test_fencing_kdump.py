@@ -16,10 +16,12 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from kube_helpers import wait_for
 
 from ansible_collections.noderemedy.core.plugins.module_utils._fence import FenceConfigError, UnreachableError
 from ansible_collections.noderemedy.core.plugins.module_utils._kdump import KdumpListener, is_kdump_message
 from ansible_collections.noderemedy.core.plugins.module_utils._taint import validate_fence_evidence
+from noderemedy_lab.procs import udp_listening
 
 SENDER = "/usr/libexec/fence-agents/fence_kdump_send"
 MODULE = "noderemedy.core.kdump_wait"
@@ -92,12 +94,16 @@ def test_messages_from_other_addresses_or_with_another_magic_are_ignored(sender)
     out = listener.wait()  # the sender's messages come from 127.0.0.1, not the node's address
     assert out["received"] is False and out["fence"]["verified"] is False
     assert listener.ignored and all(reason == "not an address of the node" for _, reason in listener.ignored)
-    listener = KdumpListener(["127.0.0.1"], ipport=PORT + 1, listen_address="127.0.0.1", timeout=1)
+    listener = KdumpListener(["127.0.0.1"], ipport=PORT + 1, listen_address="127.0.0.1", timeout=5)
+
+    def send_once_bound(bogus: socket.socket) -> None:
+        # the listener binds its port in wait(): a datagram sent before that is lost
+        wait_for(lambda: udp_listening(PORT + 1), 30, "the listener's port bound", interval=0.01)
+        bogus.sendto(struct.pack("<II", 0xDEADBEEF, 1), ("127.0.0.1", PORT + 1))
+
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as bogus:
         bogus.bind(("127.0.0.1", 0))
-        timer = threading.Timer(
-            0.2, lambda: bogus.sendto(struct.pack("<II", 0xDEADBEEF, 1), ("127.0.0.1", PORT + 1))
-        )
+        timer = threading.Thread(target=send_once_bound, args=(bogus,), daemon=True)
         timer.start()
         out = listener.wait()
         timer.join()
