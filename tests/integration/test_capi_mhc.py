@@ -263,7 +263,7 @@ def test_remediation_deleted_mid_flight_powers_the_host_on_before_the_finalizer_
         assert [v for _at, v in power_rows(lab_real, node, since)][-1] == "0"
         # the node comes back by itself while its BMC still says off: kwok heartbeats it again
         lab_real.kubectl("label", "node", node, f"{POWER_LABEL}=on", "--overwrite", check=True)
-        lab_real.wait_nodes([node], "True", 60)
+        lab_real.wait_nodes([node], "True", 120)
         deleting = wait_for(
             lambda: (o := remediation(lab_real, ns, node)) and o["metadata"].get("deletionTimestamp") and o,
             60,
