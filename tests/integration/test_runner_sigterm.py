@@ -21,6 +21,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -197,8 +198,22 @@ def sigterm_at_every_segment(
     both = [a, replicas(*_lease_args(lease))] if successor == "replica" else [a]
     nodefence(co, name, DEAD)
 
+    # a stopped replica comes back as the follower in the background: a runner's start takes tens
+    # of seconds on a busy host, and a short run (a Job of the FC switch's SET) would be over by
+    # then, its point missed; the next stop may land while it starts, and it takes over once up
+    starting: dict[int, Future[None]] = {}
+    pool = ThreadPoolExecutor(max_workers=1)
+
+    def up(r: Runner) -> bool:  # running and serving its metrics
+        start = starting.get(id(r))
+        if start is not None and not start.done():
+            return False
+        if start is not None:
+            start.result()  # a failed start fails the test here
+        return r.alive()
+
     def leader() -> Runner:
-        acting = [r for r in both if r.alive() and r.metric("noderemedy_leader") == 1]
+        acting = [r for r in both if up(r) and r.metric("noderemedy_leader") == 1]
         assert len(acting) <= 1, "two replicas act at once"
         return acting[0]
 
@@ -240,6 +255,7 @@ def sigterm_at_every_segment(
         wait_for(reached, 240, f"{what} (NodeFence {name}: {get_nf(co, name).get('status')})", interval=0.1)
         stopped = leader()
         other = next((r for r in both if r is not stopped), None)
+        other_starting = other is not None and not up(other)
         before = _acting(other) if other is not None else 0
         tokens = run_tokens(str(lab.kubeconfig)) if executor == "inprocess" else set()
         job = _job_active(batch, JOB_NAMESPACE, job_name(ident)) if executor == "job" else None
@@ -253,11 +269,13 @@ def sigterm_at_every_segment(
             both = [other]
         wait_for(
             lambda other=other, before=before: _acting(other) > before,
-            60,
+            120,
             f"the next runner to act after {what}",
             interval=0.05,
         )
         takeover_s = time.monotonic() - t0
+        if (start := starting.pop(id(other), None)) is not None:
+            start.result(timeout=60)
         rows.append((what, exit_s, takeover_s))
         if job is not None and fate == "left running":  # then the successor must adopt it
             jname = job["metadata"]["name"]
@@ -270,6 +288,7 @@ def sigterm_at_every_segment(
             )
             fate = "adopted by the successor"
         who = "other replica" if successor == "replica" else "restarted runner"
+        who += " (still starting at the signal)" if other_starting else ""
         print(
             f"\nFIGURE SIGTERM ({executor}, {successor}) at {what}: exit {exit_s:.2f} s (target {STOP_TARGET:g} s, "
             f"code {code}), the {who} acts {takeover_s:.2f} s after the signal"
@@ -282,7 +301,10 @@ def sigterm_at_every_segment(
         else:
             assert job is not None, f"no Job running at {what}"
         if successor == "replica":
-            stopped.start()  # back as the follower
+            starting[id(stopped)] = pool.submit(stopped.start)  # back as the follower
+    for start in starting.values():
+        start.result(timeout=120)
+    pool.shutdown()
 
     final = wait_for(
         lambda: (o := get_nf(co, name)) and (o.get("status") or {}).get("status") in ("Final", "Error") and o,
