@@ -50,10 +50,6 @@ pytestmark = [pytest.mark.lab, pytest.mark.kube]
 REAL = ["lab-real-0", "lab-real-1"]
 
 
-def web(namespace: str, preferred: str) -> dict:
-    return writer_statefulset(namespace, preferred, REAL, f"{namespace}.log")
-
-
 def web0(lab: Any, ns: str) -> dict | None:
     out = lab.kubectl("get", "pods", "-n", ns, "-l", "app=web", "-o", "json")
     items = json.loads(out.stdout)["items"] if out.returncode == 0 else []
@@ -86,6 +82,30 @@ def real_nodes_schedulable(lab) -> bool:
     return len(nodes) == len(lab.info["real_nodes"])
 
 
+def allow_both(lab: Any, ns: str, sts: str, preferred: str) -> None:
+    """StatefulSet ``sts`` from now on allowed on both real nodes, preferring ``preferred`` (its
+    update strategy is OnDelete: the running pod stays)."""
+    patch = [{"op": "replace", "path": "/spec/template/spec/affinity", "value": prefer_node(preferred, REAL)}]
+    out = lab.kubectl("-n", ns, "patch", "statefulset", sts, "--type=json", "-p", json.dumps(patch))
+    assert out.returncode == 0, out.stderr
+
+
+def web_on(lab: Any, tmp: Path, ns: str, node: str) -> dict[str, Any]:
+    """The writer StatefulSet ``web`` with web-0 Running on ``node`` (returned), then allowed on both
+    real nodes and preferring the other, so that a replacement, were there one, runs there: a real
+    node the fence power-cycles may be Ready and untainted again by the time the StatefulSet
+    recreates the pod. web-0 is first allowed on ``node`` only: with a mere preference the scheduler
+    took the other node now and then, ``node`` being just back from an earlier test."""
+    wait_for(lambda: real_nodes_schedulable(lab), 180, "the real nodes Ready and untainted")
+    apply(lab, tmp, writer_statefulset(ns, node, [node], f"{ns}.log"))
+    first = wait_for(
+        lambda: (p := web0(lab, ns)) and p["status"].get("phase") == "Running" and p, 120, "web-0"
+    )
+    assert first["spec"]["nodeName"] == node
+    allow_both(lab, ns, "web", next(n for n in REAL if n != node))
+    return first
+
+
 def scenario(
     lab: Any,
     api_client: client.ApiClient,
@@ -102,23 +122,11 @@ def scenario(
     ``failure_done_s``, when ``fail`` returned). ``on_power_off`` runs once the fence has powered
     the node off (a power-off set in the BMC's power log since ``fail``)."""
     other = next(n for n in REAL if n != node)
-    # web-0 starts on ``node`` and nowhere else: with a mere preference the scheduler took the other
-    # node now and then, ``node`` being just back from an earlier test; both are waited for first
-    wait_for(lambda: real_nodes_schedulable(lab), 180, "the real nodes Ready and untainted")
-    apply(lab, tmp, writer_statefulset(ns, node, [node], f"{ns}.log"))
-    first = wait_for(
-        lambda: (p := web0(lab, ns)) and p["status"].get("phase") == "Running" and p, 120, "web-0"
-    )
-    assert first["spec"]["nodeName"] == node
+    first = web_on(lab, tmp, ns, node)
     old = first["metadata"]["uid"]
     wait_for(lambda: len(writes(shared).get(old, [])) >= 5, 30, "the first writer's lines")
     # the other node must be able to take the pod: an earlier test may still be bringing it back
     wait_for(lambda: real_nodes_schedulable(lab), 180, "the real nodes Ready and untainted")
-    # the replacement may run on both and prefers the other node: a real node the fence power-cycles
-    # may be Ready and untainted again by the time the StatefulSet recreates the pod
-    patch = [{"op": "replace", "path": "/spec/template/spec/affinity", "value": prefer_node(other, REAL)}]
-    out = lab.kubectl("-n", ns, "patch", "statefulset", "web", "--type=json", "-p", json.dumps(patch))
-    assert out.returncode == 0, out.stderr
     power_log = lab.info["devices"]["bmcs"][node]["power_log"]
     sets_before = len(power_sets(power_log))
     t_fail = uptime()  # when the failure is issued: the figures count from here
@@ -270,11 +278,7 @@ def test_with_every_fence_method_failing_the_old_writer_keeps_writing_and_no_sec
         fence_config(node, port, "", "ipmi-off ipmi-on", "", ipmi="fence-method-template-ipmi-wrong"),
     )
     try:
-        apply(lab_real, tmp_path, web(ns, node))
-        first = wait_for(
-            lambda: (p := web0(lab_real, ns)) and p["status"].get("phase") == "Running" and p, 120, "web-0"
-        )
-        assert first["spec"]["nodeName"] == node
+        first = web_on(lab_real, tmp_path, ns, node)
         old = first["metadata"]["uid"]
         lab_real.partition(node)
         lab_real.wait_nodes([node], {"False", "Unknown"}, 120)
@@ -342,9 +346,9 @@ def test_a_storage_only_fence_releases_the_pods_on_it_and_leaves_the_others_runn
     cfg = fence_config(node, port, "fc-off", "", "fc-on")
     cfg["data"]["config.properties"] += f"fenced_storage=hostpath:{SHARED_MOUNT}\n"
     fence_ns.put("config_map", cfg)
-    apply(lab_real, tmp_path, web(ns, node))
+    first = web_on(lab_real, tmp_path, ns, node)
     idle_pod = {
-        "affinity": prefer_node(node, REAL),
+        "affinity": prefer_node(node, [node]),  # allowed on both once it runs there
         "tolerations": [{**REAL_TAINT, "operator": "Equal"}],
         "terminationGracePeriodSeconds": 1,
         "containers": [
@@ -365,14 +369,10 @@ def test_a_storage_only_fence_releases_the_pods_on_it_and_leaves_the_others_runn
         ]
         return got[0] if got else None
 
-    first = wait_for(lambda: running_on("web", node), 120, "web-0 on the node")
     idle = wait_for(lambda: running_on("idle", node), 120, "idle-0 on the node")
     old = first["metadata"]["uid"]
     wait_for(lambda: len(writes(shared).get(old, [])) >= 5, 30, "the first writer's lines")
-    patch = [{"op": "replace", "path": "/spec/template/spec/affinity", "value": prefer_node(other, REAL)}]
-    for sts in ("web", "idle"):  # either replacement, were there one, would go to the other node
-        out = lab_real.kubectl("-n", ns, "patch", "statefulset", sts, "--type=json", "-p", json.dumps(patch))
-        assert out.returncode == 0, out.stderr
+    allow_both(lab_real, ns, "idle", other)  # either replacement, were there one, would go there
     wait_for(lambda: real_nodes_schedulable(lab_real), 180, "the real nodes Ready and untainted")
     lab_real.partition(node)
     t_fail = uptime()
