@@ -93,8 +93,12 @@ def settled(api: client.ApiClient, node: str) -> dict[str, Any] | None:
 
 
 def reasons(api: client.ApiClient, name: str) -> list[tuple[str, str]]:
+    # in the order written: timestamps have whole seconds, and two Events of one second (a Job
+    # adopted as Complete by a runner that started late, and the escalation) keep the order of
+    # their resourceVersions, which etcd gives in the order of the writes
     evs = sorted(
-        events(api, "NodeFence", name), key=lambda e: (e.first_timestamp or e.event_time, e.metadata.name)
+        events(api, "NodeFence", name),
+        key=lambda e: (e.first_timestamp or e.event_time, int(e.metadata.resource_version or 0)),
     )
     return [(e.reason, e.message) for e in evs]
 
