@@ -201,14 +201,14 @@ def sigterm_at_every_segment(
     # a stopped replica comes back as the follower in the background: a runner's start takes tens
     # of seconds on a busy host, and a short run (a Job of the FC switch's SET) would be over by
     # then, its point missed; the next stop may land while it starts, and it takes over once up
-    starting: dict[int, Future[None]] = {}
+    starting: dict[Runner, Future[None]] = {}
     pool = ThreadPoolExecutor(max_workers=1)
 
     def up(r: Runner) -> bool:  # running and serving its metrics
-        start = starting.get(id(r))
-        if start is not None and not start.done():
-            return False
+        start = starting.get(r)
         if start is not None:
+            if not start.done():
+                return False
             start.result()  # a failed start fails the test here
         return r.alive()
 
@@ -238,9 +238,7 @@ def sigterm_at_every_segment(
         return reached
 
     def power_cut_in_run() -> bool:  # the release: the BMC reads off, the run is still in flight
-        if "0" not in power_sets(lab, DEAD, since):
-            return False
-        return running(pm_off)
+        return "0" in power_sets(lab, DEAD, since) and running(pm_off)
 
     into = INTO_RUN if executor == "inprocess" else INTO_JOB_RUN
     points: list[tuple[str, str, Callable[[], bool]]] = [
@@ -274,7 +272,7 @@ def sigterm_at_every_segment(
             interval=0.05,
         )
         takeover_s = time.monotonic() - t0
-        if (start := starting.pop(id(other), None)) is not None:
+        if (start := starting.pop(other, None)) is not None:
             start.result(timeout=60)
         rows.append((what, exit_s, takeover_s))
         if job is not None and fate == "left running":  # then the successor must adopt it
@@ -301,7 +299,7 @@ def sigterm_at_every_segment(
         else:
             assert job is not None, f"no Job running at {what}"
         if successor == "replica":
-            starting[id(stopped)] = pool.submit(stopped.start)  # back as the follower
+            starting[stopped] = pool.submit(stopped.start)  # back as the follower
     for start in starting.values():
         start.result(timeout=120)
     pool.shutdown()
