@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 import uuid
 from pathlib import Path
 
@@ -287,15 +286,32 @@ def guarded(lab_kube, namespace, restore_node, tmp_path):
     return ns, node, pods
 
 
+def eviction_refusals(lab) -> int:
+    """How many evictions the API server has refused with 429 (a disruption budget), from its own
+    ``apiserver_request_total`` counter."""
+    out = lab.kubectl("get", "--raw", "/metrics")
+    assert out.returncode == 0, out.stderr
+    total = 0.0
+    for line in out.stdout.splitlines():
+        if (
+            line.startswith("apiserver_request_total{")
+            and 'subresource="eviction"' in line
+            and 'code="429"' in line
+        ):
+            total += float(line.rsplit(" ", 1)[1])
+    return int(total)
+
+
 def test_drain_waits_for_a_pdb_then_succeeds(lab_kube, guarded, run_playbook):
     ns, node, pods = guarded
+    refused_before = eviction_refusals(lab_kube)
 
-    # while the module is retrying 429s, the budget is relaxed (as an operator would): 2 s after the
-    # module cordons the node -- its first evictions (right after the cordon) are refused by then,
-    # and its next try comes after kubectl's 5 s retry delay -- whatever the module's start-up took
+    # while the module is retrying 429s, the budget is relaxed (as an operator would): once the API
+    # server has refused one of its evictions (its next try comes after kubectl's 5 s retry delay),
+    # whatever the module's start-up took
     def relax_after_cordon() -> None:
         wait_for(lambda: unschedulable(lab_kube, node), 120, f"{node} cordoned by the drain")
-        time.sleep(2.0)
+        wait_for(lambda: eviction_refusals(lab_kube) > refused_before, 120, "an eviction refused with 429")
         lab_kube.kubectl(
             "patch", "pdb", "guarded", "-n", ns, "--type=merge", "-p", '{"spec":{"maxUnavailable":2}}'
         )

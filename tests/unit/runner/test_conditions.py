@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from noderemedy_runner.machines.conditions import (
@@ -93,6 +93,7 @@ def test_parse_time_forms_and_errors() -> None:
         parse_time("2023-11-14T22:13:20")
 
 
+@settings(deadline=None)
 @given(
     st.lists(
         st.tuples(

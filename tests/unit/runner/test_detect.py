@@ -3,7 +3,7 @@ node, cancel of a not-yet-started NodeFence, storm guard and other remediators' 
 
 from __future__ import annotations
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from noderemedy_runner.config.remedy import (
@@ -83,6 +83,7 @@ def test_missing_transition_time_counts_from_now() -> None:
     assert plan([node("a", "False", None)], cfgs(), [], NOW).create == ()
 
 
+@settings(deadline=None)
 @given(
     st.lists(
         st.tuples(st.sampled_from(["True", "False", "Unknown"]), st.floats(0, 120)), min_size=1, max_size=12

@@ -5,7 +5,7 @@ tested against the lab in tests/integration/test_watcher_leader.py."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from kubernetes import client
 
@@ -37,6 +37,7 @@ def test_bad_timings_raise_instead_of_sys_exit(timings: dict[str, int], message:
         elector(**timings)
 
 
+@settings(deadline=None)
 @given(st.from_regex(r"[a-z0-9]([-a-z0-9.]{0,300}[a-z0-9])?", fullmatch=True))
 def test_node_lease_name_fits(node: str) -> None:
     name = node_lease_name(node)

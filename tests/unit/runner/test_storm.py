@@ -7,7 +7,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from noderemedy_runner.config.remedy import IntOrPercent, StormGuard
@@ -66,6 +66,7 @@ def test_table(guard: StormGuard, total: int, unhealthy: int, allowed: bool) -> 
     assert within_limit(guard, total, unhealthy) is allowed
 
 
+@settings(deadline=None)
 @given(st.integers(0, 5000), st.integers(0, 100))
 def test_rounding_brackets_the_exact_share(total: int, pct: int) -> None:
     exact = Fraction(total * pct, 100)
@@ -75,6 +76,7 @@ def test_rounding_brackets_the_exact_share(total: int, pct: int) -> None:
     assert up - down == (0 if exact.denominator == 1 else 1)
 
 
+@settings(deadline=None)
 @given(st.integers(1, 500), st.integers(0, 100), st.booleans(), st.data())
 def test_monotonic_in_unhealthy(total: int, pct: int, use_max: bool, data: st.DataObject) -> None:
     """If u unhealthy nodes block fencing, so do u + 1 (maxUnhealthy / minHealthy forms)."""
@@ -119,6 +121,7 @@ def test_new_storm_inside_cooldown_continues_the_old_one() -> None:
     assert s.reason == REASON_COOLDOWN and s.ended_at == 30.0
 
 
+@settings(deadline=None)
 @given(
     st.lists(st.tuples(st.integers(0, 10), st.floats(0, 100, allow_nan=False)), min_size=1, max_size=40),
     st.integers(0, 10),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ansible_collections.noderemedy.core.plugins.module_utils._drain import (
@@ -163,6 +163,7 @@ def test_bad_options_name_the_field(field, value):
         DrainOptions(**{field: value})
 
 
+@settings(deadline=None)
 @given(
     owner=st.sampled_from([None, "ReplicaSet", "StatefulSet", "DaemonSet", "Job", "Node"]),
     phase=st.sampled_from(["Pending", "Running", "Succeeded", "Failed", "Unknown"]),

@@ -8,7 +8,7 @@ behaviour is tested against the lab's real peers in ``tests/integration/test_fen
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ansible_collections.noderemedy.core.plugins.module_utils._fence import (
@@ -277,11 +277,13 @@ def test_unknown_action_is_refused_before_open() -> None:
     assert drv.opened == 0
 
 
+@settings(deadline=None)
 @given(st.dictionaries(st.sampled_from(["1", "2", "3", "4"]), st.sampled_from(["on", "off"]), min_size=1))
 def test_aggregate_is_on_iff_any_plug_is_on(states: dict[str, str]) -> None:
     assert (aggregate(states) == "on") == ("on" in states.values())
 
 
+@settings(deadline=None)
 @given(
     st.dictionaries(st.sampled_from(["a", "b", "c"]), st.sampled_from(["on", "off"]), min_size=1),
     st.sampled_from(["on", "off"]),
@@ -303,6 +305,7 @@ def test_any_start_reaches_the_target_or_fails_never_lies(
     assert drv.evidence(res)["verified"] == (target == "off")
 
 
+@settings(deadline=None)
 @given(
     st.dictionaries(
         st.sampled_from(["1", "2", "3"]), st.sampled_from(["on", "off", "powering_off"]), min_size=1

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ansible_collections.noderemedy.core.plugins.module_utils._kube import KubeError
@@ -48,6 +48,7 @@ def test_undecodable_value_names_the_key_never_the_value(value):
     assert value not in str(err.value)
 
 
+@settings(deadline=None)
 @given(
     st.dictionaries(st.from_regex(r"[A-Za-z0-9._-]{1,20}", fullmatch=True), st.text(max_size=40), max_size=5)
 )

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ansible_collections.noderemedy.core.plugins.module_utils import _static_pod as sp
@@ -204,6 +204,7 @@ def test_retry_policy_rejects_bad_input():
         sp.retry_policy(NOT_READY, 0, base=100, cap=10)
 
 
+@settings(deadline=None)
 @given(st.integers(min_value=0, max_value=200), st.floats(min_value=1, max_value=1e4), st.floats(1, 1e6))
 def test_retry_backoff_is_monotonic_and_capped(n, base, extra):
     cap = base + extra
@@ -237,6 +238,7 @@ def test_revisions_to_prune_keeps_limit_current_and_last_known_good():
         sp.revisions_to_prune([1], 0, None, None)
 
 
+@settings(deadline=None)
 @given(
     st.sets(st.integers(0, 50), max_size=20),
     st.integers(1, 8),

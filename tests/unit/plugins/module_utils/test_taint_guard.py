@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ansible_collections.noderemedy.core.plugins.module_utils._kube import KubeError
@@ -142,6 +142,7 @@ def test_tolerations_match_like_the_api(tolerations, expected):
     assert tolerates({"spec": {"tolerations": tolerations}}, OOS) is expected
 
 
+@settings(deadline=None)
 @given(
     keys=st.lists(st.sampled_from(["a", "b", "c"]), max_size=4),
     effects=st.lists(
