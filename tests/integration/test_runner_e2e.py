@@ -146,6 +146,9 @@ def runner(
     yield make
     for r in made:
         r.stop()
+    # a NodeFence this test left (a failure before it rested) would be cleaned up by the next test's
+    # runner: its power-on landing in that test's power log
+    delete_nodefences(api)
     extra = [
         base64.b64decode(v).decode()
         for sec in client.CoreV1Api(api).list_namespaced_secret(fence_ns.name).items
