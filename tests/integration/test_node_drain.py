@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from kube_helpers import apply, identity, kjson, statefulset, wait_for
 from kube_helpers import namespace as kube_namespace
+from prometheus_client.parser import text_string_to_metric_families
 
 pytestmark = [pytest.mark.lab, pytest.mark.kube]
 
@@ -288,18 +289,19 @@ def guarded(lab_kube, namespace, restore_node, tmp_path):
 
 def eviction_refusals(lab) -> int:
     """How many evictions the API server has refused with 429 (a disruption budget), from its own
-    ``apiserver_request_total`` counter."""
+    ``apiserver_request_total`` counter (read with prometheus_client's parser)."""
     out = lab.kubectl("get", "--raw", "/metrics")
     assert out.returncode == 0, out.stderr
-    total = 0.0
-    for line in out.stdout.splitlines():
-        if (
-            line.startswith("apiserver_request_total{")
-            and 'subresource="eviction"' in line
-            and 'code="429"' in line
-        ):
-            total += float(line.rsplit(" ", 1)[1])
-    return int(total)
+    return int(
+        sum(
+            sample.value
+            for family in text_string_to_metric_families(out.stdout)
+            for sample in family.samples
+            if sample.name == "apiserver_request_total"
+            and sample.labels.get("subresource") == "eviction"
+            and sample.labels.get("code") == "429"
+        )
+    )
 
 
 def test_drain_waits_for_a_pdb_then_succeeds(lab_kube, guarded, run_playbook):
