@@ -41,6 +41,7 @@ from ansible_collections.noderemedy.core.plugins.module_utils._fence import (
     PrivilegeError,
     RejectedError,
     UnreachableError,
+    close_quietly,
 )
 
 try:
@@ -208,10 +209,9 @@ class AwsInstanceDriver(FenceDriver):
 
     def open(self) -> None:
         """Create the EC2 client (no request yet)."""
-        if not BOTO3_LIBRARY.present:
-            raise FenceConfigError("the Python library boto3 is required")
+        BOTO3_LIBRARY.require()
         config = BotoConfig(
-            connect_timeout=min(self.power_timeout, 10.0),
+            connect_timeout=self.connect_timeout,
             read_timeout=self.power_timeout,
             retries={"total_max_attempts": 2, "mode": "standard"},
         )
@@ -230,11 +230,7 @@ class AwsInstanceDriver(FenceDriver):
     def close(self) -> None:
         """Close the client's connection pool."""
         client, self._ec2 = self._ec2, None
-        if client is not None:
-            try:
-                client.close()
-            except Exception:  # noqa: BLE001 - closing must not mask the result
-                pass
+        close_quietly(client, lambda c: c.close())
 
     def get_state(self, plug: str) -> str:
         """``DescribeInstances``: ``on``, ``off``, ``powering_off``, ``powering_on``, ``terminated``."""

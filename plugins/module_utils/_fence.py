@@ -72,6 +72,16 @@ class Library(NamedTuple):
         """Whether the library imported."""
         return self.import_error is None
 
+    def require(self) -> None:
+        """Check, before a driver connects, that the library imported (the driver may be used
+        without ``fencing_module``, which fails the module earlier).
+
+        Raises:
+            FenceConfigError: ``the Python library <name> is required``.
+        """
+        if not self.present:
+            raise FenceConfigError(f"the Python library {self.name} is required")
+
 
 def login_arg_spec(
     ipport: int | None, username_env: list[str], password_env: list[str]
@@ -167,6 +177,51 @@ class VerifyError(FenceError):
     """The read-back state did not reach the wanted state within ``power_timeout`` seconds."""
 
     category = "verify"
+
+
+def check_address(ipaddr: str | None, ipport: int, device: str, port_kind: str) -> None:
+    """Check a device's address and port before anything is sent (fence-agents ``--ip``,
+    ``--ipport``), as the IPMI, Redfish and vSphere drivers and the SNMP client do.
+
+    Args:
+        ipaddr: host name or address; empty or None is refused.
+        ipport: port number, 1 to 65535.
+        device: what the address is, for the message (``the BMC``, ``the vCenter or ESXi``).
+        port_kind: what the port is, for the message (``UDP port``, ``TCP port (1-65535)``).
+    Raises:
+        FenceConfigError: ``ipaddr: <device> address is required`` or ``ipport: <port> is not a
+            <port_kind>``.
+    """
+    if not ipaddr:
+        raise FenceConfigError(f"ipaddr: {device} address is required")
+    if not 0 < int(ipport) < 65536:
+        raise FenceConfigError(f"ipport: {ipport} is not a {port_kind}")
+
+
+def require_login(username: str | None, password: str | None) -> None:
+    """Check that a user name and a password were given (by option, environment or
+    ``credentials_secret``) before a driver logs in with them (Redfish, vSphere).
+
+    Raises:
+        FenceConfigError: naming ``username`` or ``password``, whichever is missing (first
+            ``username``); the message contains neither value.
+    """
+    if not username:
+        raise FenceConfigError("username: required (option, environment or credentials_secret)")
+    if not password:
+        raise FenceConfigError("password: required (option, environment or credentials_secret)")
+
+
+def close_quietly(handle: Any, close: Callable[[Any], object]) -> None:
+    """Call ``close(handle)`` (log out, close a connection pool) unless ``handle`` is None, and
+    swallow any exception: closing must never mask the result or error of the fence action.
+    Drivers take their handle off ``self`` first, so a second call does nothing."""
+    if handle is None:
+        return
+    try:
+        close(handle)
+    except Exception:  # noqa: BLE001 - closing must not mask the result
+        pass
 
 
 def aggregate(states: dict[str, str]) -> str:
@@ -348,6 +403,12 @@ class FenceDriver:
         self._clock = clock
         self._sleep = sleep
         self._wall = wall
+
+    @property
+    def connect_timeout(self) -> float:
+        """Seconds a driver's client waits for a connection to the device: ``power_timeout``, at
+        most 10 (a request's answer may take the whole ``power_timeout``)."""
+        return min(self.power_timeout, 10.0)
 
     # -- what drivers supply ---------------------------------------------------------------
     def open(self) -> None:

@@ -21,6 +21,7 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.noderemedy.core.plugins.module_utils._fence import (
     FENCE_ARG_SPEC,
     FenceDriver,
+    FenceResult,
     Library,
     power_result,
     run_driver,
@@ -95,8 +96,22 @@ def fence(
     return run_driver(module, build, fallback, run)
 
 
-def exit_power(module: AnsibleModule, driver: FenceDriver, result: Any, **extra: Any) -> None:
+def exit_power(
+    module: AnsibleModule,
+    driver: FenceDriver,
+    result: FenceResult,
+    diff: tuple[dict[str, Any], dict[str, Any]] | None = None,
+    **extra: Any,
+) -> None:
     """Exit with the power result of ``result`` (``_fence.power_result``: ``changed``, the power
-    states before and after, ``extra``, ``verify_seconds``, ``attempts``, the driver's ``fence``
-    evidence and, in diff mode, the power state before and after)."""
-    module.exit_json(**power_result(result, driver.evidence(result), module._diff, **extra))
+    states before and after, ``extra``, ``verify_seconds``, ``attempts`` and the driver's ``fence``
+    evidence); never returns.
+
+    In diff mode the result has a ``diff``: ``{"before": {"power": <state>}, "after": {"power":
+    <state>}}``, or ``{"before": diff[0], "after": diff[1]}`` when the module gives ``diff``
+    (``pdu_outlet``: each outlet's state).
+    """
+    out = power_result(result, driver.evidence(result), module._diff and diff is None, **extra)
+    if module._diff and diff is not None:
+        out["diff"] = {"before": diff[0], "after": diff[1]}
+    module.exit_json(**out)

@@ -46,6 +46,8 @@ from ansible_collections.noderemedy.core.plugins.module_utils._fence import (
     PrivilegeError,
     RejectedError,
     UnreachableError,
+    check_address,
+    close_quietly,
     login_arg_spec,
 )
 
@@ -225,10 +227,7 @@ class IpmiDriver(FenceDriver):
         privlvl: str = "administrator",
         **fence: Any,
     ) -> None:
-        if not ipaddr:
-            raise FenceConfigError("ipaddr: the BMC address is required")
-        if not 0 < int(ipport) < 65536:
-            raise FenceConfigError(f"ipport: {ipport} is not a UDP port")
+        check_address(ipaddr, ipport, "the BMC", "UDP port")
         if not username:
             raise FenceConfigError("username: required (IPMI sessions without a user name are refused)")
         if not password:
@@ -345,12 +344,7 @@ class IpmiDriver(FenceDriver):
     def close(self) -> None:
         """Log out (Close Session); never raises. BMCs have few session slots: leaked sessions lock every client out."""
         sess, self._session = self._session, None
-        if sess is None:
-            return
-        try:
-            sess.logout()
-        except Exception:  # a failed logout must not mask the result
-            pass
+        close_quietly(sess, lambda s: s.logout())
 
     def _command(self, command: int, data: list[int], answer_wait: float | None = None) -> Any:
         """Send chassis command ``command`` (netfn 0x00) with ``data``; its answer (pyghmi's dict).

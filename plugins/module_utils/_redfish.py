@@ -40,7 +40,10 @@ from ansible_collections.noderemedy.core.plugins.module_utils._fence import (
     PrivilegeError,
     RejectedError,
     UnreachableError,
+    check_address,
+    close_quietly,
     login_arg_spec,
+    require_login,
 )
 
 try:
@@ -120,17 +123,11 @@ class RedfishDriver(FenceDriver):
         plug: str | None = None,
         **timing: Any,
     ) -> None:
-        if not ipaddr:
-            raise FenceConfigError("ipaddr: the BMC address is required")
         port = ipport if ipport is not None else (443 if ssl else 80)
-        if not 1 <= port <= 65535:
-            raise FenceConfigError(f"ipport: {port} is not a TCP port (1-65535)")
+        check_address(ipaddr, port, "the BMC", "TCP port (1-65535)")
         host = f"[{ipaddr}]" if ":" in ipaddr else ipaddr
         super().__init__(f"{host}:{port}", [systems_uri or plug or "system"], **timing)
-        if not username:
-            raise FenceConfigError("username: required (option, environment or credentials_secret)")
-        if not password:
-            raise FenceConfigError("password: required (option, environment or credentials_secret)")
+        require_login(username, password)
         for name, uri in (("redfish_uri", redfish_uri), ("systems_uri", systems_uri)):
             if uri is not None and not uri.startswith("/"):
                 raise FenceConfigError(f"{name}: {uri!r} is not an absolute path (starts with /)")
@@ -172,8 +169,7 @@ class RedfishDriver(FenceDriver):
     # -- connection ------------------------------------------------------------------------
     def open(self) -> None:
         """Read the service root (no authentication needed there, as DSP0266 says)."""
-        if not SUSHY_LIBRARY.present:
-            raise FenceConfigError("the Python library sushy is required")
+        SUSHY_LIBRARY.require()
         _quiet_sushy()
         try:
             self._root = sushy.Sushy(
@@ -182,7 +178,7 @@ class RedfishDriver(FenceDriver):
                 root_prefix=self.redfish_uri,
                 verify=self.verify,
                 read_timeout=self.power_timeout,
-                connect_timeout=min(self.power_timeout, 10.0),
+                connect_timeout=self.connect_timeout,
                 server_side_retries=1,
                 server_side_retries_delay=0.1,
             )
@@ -192,11 +188,7 @@ class RedfishDriver(FenceDriver):
     def close(self) -> None:
         """Drop the HTTP session (basic authentication holds no BMC session slot)."""
         root, self._root = self._root, None
-        if root is not None:
-            try:
-                root._conn.close()
-            except Exception:  # noqa: BLE001 - closing must not mask the result
-                pass
+        close_quietly(root, lambda r: r._conn.close())
 
     def resolve(self) -> None:
         """Find the system: ``systems_uri``, else the member matching ``plug``, else the only member.

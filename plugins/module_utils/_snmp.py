@@ -40,6 +40,7 @@ from ansible_collections.noderemedy.core.plugins.module_utils._fence import (
     PrivilegeError,
     RejectedError,
     UnreachableError,
+    check_address,
     login_arg_spec,
 )
 
@@ -237,10 +238,7 @@ class SnmpClient:
     ) -> None:
         if not PYSNMP_LIBRARY.present:
             raise FenceConfigError("pysnmp: the Python library pysnmp (>= 7) is required")
-        if not ipaddr:
-            raise FenceConfigError("ipaddr: the device address is required")
-        if not 0 < int(ipport) < 65536:
-            raise FenceConfigError(f"ipport: {ipport} is not a UDP port")
+        check_address(ipaddr, ipport, "the device", "UDP port")
         if snmp_timeout is None or snmp_timeout <= 0:
             raise FenceConfigError(f"snmp_timeout: must be > 0 seconds, got {snmp_timeout!r}")
         if snmp_retries is None or snmp_retries < 0:

@@ -38,7 +38,10 @@ from ansible_collections.noderemedy.core.plugins.module_utils._fence import (
     PrivilegeError,
     RejectedError,
     UnreachableError,
+    check_address,
+    close_quietly,
     login_arg_spec,
+    require_login,
 )
 
 try:
@@ -91,17 +94,11 @@ class VmwareVmDriver(FenceDriver):
         ca_path: str | None = None,
         **timing: Any,
     ) -> None:
-        if not ipaddr:
-            raise FenceConfigError("ipaddr: the vCenter or ESXi address is required")
-        if not 1 <= ipport <= 65535:
-            raise FenceConfigError(f"ipport: {ipport} is not a TCP port (1-65535)")
+        check_address(ipaddr, ipport, "the vCenter or ESXi", "TCP port (1-65535)")
         if not plug:
             raise FenceConfigError("plug: the VM's name or UUID is required")
         super().__init__(f"{ipaddr}:{ipport}", [plug], **timing)
-        if not username:
-            raise FenceConfigError("username: required (option, environment or credentials_secret)")
-        if not password:
-            raise FenceConfigError("password: required (option, environment or credentials_secret)")
+        require_login(username, password)
         self.ipaddr, self.ipport = ipaddr, ipport
         self.ssl_insecure, self.ca_path = ssl_insecure, ca_path
         self._username, self._password = username, password
@@ -141,8 +138,7 @@ class VmwareVmDriver(FenceDriver):
 
     def open(self) -> None:
         """Log in (``SessionManager.Login``)."""
-        if not PYVMOMI_LIBRARY.present:
-            raise FenceConfigError("the Python library pyvmomi is required")
+        PYVMOMI_LIBRARY.require()
         try:
             self._si = SmartConnect(
                 host=self.ipaddr,
@@ -158,11 +154,7 @@ class VmwareVmDriver(FenceDriver):
     def close(self) -> None:
         """Log out; never raises."""
         si, self._si, self._vm = self._si, None, None
-        if si is not None:
-            try:
-                Disconnect(si)
-            except Exception:  # noqa: BLE001 - logging out must not mask the result
-                pass
+        close_quietly(si, Disconnect)
 
     def resolve(self) -> None:
         """Find the one VM whose name, BIOS UUID or instance UUID is the plug.

@@ -161,9 +161,9 @@ fence:
 from ansible_collections.noderemedy.core.plugins.module_utils._fence import (  # noqa: E402
     POWER_STATE_ARG_SPEC,
     driver_options,
-    power_result,
 )
 from ansible_collections.noderemedy.core.plugins.module_utils._fence_module import (  # noqa: E402
+    exit_power,
     fence,
     fencing_module,
 )
@@ -191,22 +191,20 @@ def main() -> None:
         lambda: IpmiDriver(**driver_options(p, IPMI_ARG_SPEC)),
         run=(lambda d: d.cycle(check_mode=module.check_mode)) if cycle else None,
     )
-    if cycle:
-        result = {
-            "changed": True,
-            "power_state_before": res["before"],
-            "power_state": res["before"],
-            "verify_seconds": None,
-            "attempts": 1 if res["sent"] else 0,
-            "fence": driver.evidence(None),
-        }
-        module.warn("method=cycle is not verified: the node may never have been off")
-        before, after = res["before"], "on"
-    else:
-        result = power_result(res, driver.evidence(res), False)
-        before, after = res.state_before, res.state_after
+    if not cycle:
+        exit_power(module, driver, res)
+        return
+    result = {
+        "changed": True,
+        "power_state_before": res["before"],
+        "power_state": res["before"],
+        "verify_seconds": None,
+        "attempts": 1 if res["sent"] else 0,
+        "fence": driver.evidence(None),
+    }
+    module.warn("method=cycle is not verified: the node may never have been off")
     if module._diff:
-        result["diff"] = {"before": {"power": before}, "after": {"power": after}}
+        result["diff"] = {"before": {"power": res["before"]}, "after": {"power": "on"}}
     module.exit_json(**result)
 
 

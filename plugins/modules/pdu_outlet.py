@@ -230,9 +230,12 @@ fence:
 from ansible_collections.noderemedy.core.plugins.module_utils._fence import (  # noqa: E402
     POWER_STATE_ARG_SPEC,
     driver_options,
-    power_result,
 )
-from ansible_collections.noderemedy.core.plugins.module_utils._fence_module import fence, fencing_module  # noqa: E402
+from ansible_collections.noderemedy.core.plugins.module_utils._fence_module import (  # noqa: E402
+    exit_power,
+    fence,
+    fencing_module,
+)
 from ansible_collections.noderemedy.core.plugins.module_utils._pdu import (  # noqa: E402
     PDU_ARG_SPEC,
     PROFILES,
@@ -278,12 +281,14 @@ def main() -> None:
         return PduDriver(client_from_params(p), p["plug"], profile, **driver_options(p))
 
     driver, res = fence(module, "pdu", f"{p['ipaddr']}:{p['ipport']}", p["plug"], build, SNMP_SECRET_KEYS)
-    result = power_result(
-        res, driver.evidence(res), False, profile=driver.profile.name, outlets=driver.outlet_report(res)
+    exit_power(
+        module,
+        driver,
+        res,
+        ({"outlets": res.before}, {"outlets": res.after}),
+        profile=driver.profile.name,
+        outlets=driver.outlet_report(res),
     )
-    if module._diff:
-        result["diff"] = {"before": {"outlets": res.before}, "after": {"outlets": res.after}}
-    module.exit_json(**result)
 
 
 if __name__ == "__main__":

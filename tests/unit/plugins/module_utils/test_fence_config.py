@@ -436,3 +436,85 @@ def test_redfish_and_vmware_targets_and_tls_choices() -> None:
 )
 def test_kdump_message_format(data: bytes, ok: bool) -> None:
     assert _kdump.is_kdump_message(data) is ok
+
+
+# -- the connection checks the drivers share (_fence.check_address, require_login...) -----------
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: _ipmi.IpmiDriver(**{**IPMI_OK, "ipaddr": ""}), "ipaddr: the BMC address is required"),
+        (lambda: _ipmi.IpmiDriver(**IPMI_OK, ipport=65536), "ipport: 65536 is not a UDP port"),
+        (lambda: _snmp.SnmpClient("", community="c"), "ipaddr: the device address is required"),
+        (lambda: _snmp.SnmpClient("h", 0, community="c"), "ipport: 0 is not a UDP port"),
+        (lambda: _redfish.RedfishDriver("", "admin", "pw"), "ipaddr: the BMC address is required"),
+        (
+            lambda: _redfish.RedfishDriver("bmc", "admin", "pw", ipport=0),
+            "ipport: 0 is not a TCP port (1-65535)",
+        ),
+        (
+            lambda: _vmware.VmwareVmDriver("", "u", "p", "vm"),
+            "ipaddr: the vCenter or ESXi address is required",
+        ),
+        (
+            lambda: _vmware.VmwareVmDriver("vc", "u", "p", "vm", ipport=70000),
+            "ipport: 70000 is not a TCP port (1-65535)",
+        ),
+        (
+            lambda: _vmware.VmwareVmDriver("vc", None, "p", "vm"),
+            "username: required (option, environment or credentials_secret)",
+        ),
+        (
+            lambda: _redfish.RedfishDriver("bmc", "admin", None),
+            "password: required (option, environment or credentials_secret)",
+        ),
+    ],
+)
+def test_address_and_login_checks_name_the_field(make, message: str) -> None:
+    with pytest.raises(FenceConfigError) as err:
+        make()
+    assert str(err.value) == message
+
+
+def test_close_quietly_skips_none_and_swallows_errors() -> None:
+    closed: list[str] = []
+    _fence.close_quietly(None, closed.append)
+    _fence.close_quietly("session", closed.append)
+    _fence.close_quietly("broken", lambda _h: 1 / 0)
+    assert closed == ["session"]
+
+
+def test_library_require_names_the_missing_library() -> None:
+    _fence.Library("present").require()
+    with pytest.raises(FenceConfigError, match="^the Python library sushy is required$"):
+        _fence.Library("sushy", "Traceback ...").require()
+
+
+class _ExitModule:
+    """What ``_fence_module.exit_power`` uses of an ``AnsibleModule``: ``_diff`` and ``exit_json``."""
+
+    def __init__(self, diff: bool) -> None:
+        self._diff = diff
+        self.out: dict = {}
+
+    def exit_json(self, **out) -> None:
+        self.out = out
+
+
+@pytest.mark.parametrize("diff_mode", [False, True])
+def test_exit_power_shows_the_power_or_the_modules_own_diff(diff_mode: bool) -> None:
+    from ansible_collections.noderemedy.core.plugins.module_utils._fence_module import exit_power
+
+    drv = _fence.FenceDriver("pdu:161", ["1", "2"])
+    res = _fence.FenceResult("off", True, {"1": "on", "2": "off"}, {"1": "off", "2": "off"}, 0.5, 1, 1.0)
+    power, own = _ExitModule(diff_mode), _ExitModule(diff_mode)
+    exit_power(power, drv, res)
+    exit_power(own, drv, res, ({"outlets": res.before}, {"outlets": res.after}), profile="apc_rpdu")
+    assert power.out["power_state_before"] == "on" and power.out["power_state"] == "off"
+    assert own.out["profile"] == "apc_rpdu" and own.out["fence"]["verified"] is True
+    if diff_mode:
+        assert power.out["diff"] == {"before": {"power": "on"}, "after": {"power": "off"}}
+        assert own.out["diff"] == {"before": {"outlets": res.before}, "after": {"outlets": res.after}}
+    else:
+        assert "diff" not in power.out and "diff" not in own.out
