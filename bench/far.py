@@ -18,6 +18,12 @@ How FAR is run here, and why (read from its source, ``main.go``, ``api/v1alpha1`
   port is a node parameter, ``--ip``, ``--lanplus``, ``--cipher`` shared parameters;
   ``remediationStrategy: OutOfServiceTaint``, agent ``fence_ipmilan``, action ``reboot`` (its
   default).
+
+What is measured of FAR is what bench/rack.py measures of ours, from the same watches
+(``rack.run_far``): per node, seconds from its NotReady to ``FenceAgentActionSucceeded``, the
+out-of-service taint and ``Succeeded`` (its "Final"), each node's own under ``per_node`` in
+``bench/results/peers.json`` beside the distributions, and the ``fence_ipmilan`` processes, CPU
+seconds and peak RSS of the manager.
 """
 
 from __future__ import annotations

@@ -24,7 +24,10 @@ a BMC power-on cannot bring back a node whose outlet is off, so its nodes stay d
 
 Per node, from this script's own watches (seconds after the node was seen NotReady): NodeFence
 seen, ``FenceVerified`` seen (FAR: ``FenceAgentActionSucceeded``), out-of-service taint seen
-(p50, p99, max), Final seen (max); and the last taint and last Final after the last NotReady.
+(p50, p99, max), Final seen (max); and the last taint and last Final after the last NotReady. Each
+node's own verified, taint and Final times are kept too (``per_node``, ours and FAR's alike), and
+drawn per node, ours against FAR's, to ``docs/img/rack-release.{png,svg}`` (``tables.release_plot``)
+when both were measured.
 Per phase: runs started (the executor's ``run <id>: <playbook> for ...`` lines), ``ansible-playbook``
 processes (distinct descendants of the runner seen in ``/proc`` every 0.2 s), CPU seconds of the
 runner and its reaped children (``/proc/<pid>/stat`` utime+stime+cutime+cstime), the runner's peak
@@ -35,7 +38,8 @@ verified fence on their object (see :func:`evidence_missing`).
 The single node: a power cut of ``lab-node-0`` through its BMC, fenced by ours (BMC configuration
 ``ipmi-off ipmi-on``) and by FAR, on the same rack lab (a kwok node, not the demo's real node).
 
-Writes ``bench/results/rack.json`` and (``--peers``) ``bench/results/peers.json``.
+Writes ``bench/results/rack.json`` (``--out``), ``bench/results/peers.json`` (``--peers-out``) and,
+when FAR ran, ``docs/img/rack-release.{png,svg}`` (``--plot``).
 
 Usage: ``.venv/bin/python bench/rack.py [--nodes 40] [--port-base 30400] [--executors inprocess]
 [--max-power-fencing default,40] [--far-src /work/far-src] [--timeout 300]``.
@@ -63,6 +67,7 @@ sys.path.insert(0, str(ROOT / "lab"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import far  # noqa: E402
+import tables  # noqa: E402
 from kubernetes import client  # noqa: E402
 from kubernetes.client.exceptions import ApiException  # noqa: E402
 from watcher import RUNNER, Observer, percentile, rss_kb  # noqa: E402
@@ -225,7 +230,22 @@ def evidence_missing(rack: Rack, obs: RackObserver, nodes: list[str], since: flo
     return bad
 
 
+def per_node(obs: RackObserver, nodes: list[str]) -> dict[str, dict[str, float | None]]:
+    """Per node (in ``nodes``' order), seconds from its NotReady (first seen) to its verified fence
+    (``verified_s``), its out-of-service taint (``taint_s``) and Final (``final_s``; FAR: its
+    ``Succeeded``), each first seen by this script's watches; None: not seen (or no NotReady seen)."""
+
+    def at(d: dict[str, float], n: str) -> float | None:
+        return round(d[n] - obs.not_ready[n], 2) if n in d and n in obs.not_ready else None
+
+    return {n: {"verified_s": at(obs.verified, n), "taint_s": at(obs.taint, n), "final_s": at(obs.final, n)}
+            for n in nodes}  # fmt: skip
+
+
 def figures(obs: RackObserver, nodes: list[str]) -> dict[str, Any]:
+    """The phase's figures over ``nodes`` (module docstring): the distributions, the counts and
+    :func:`per_node`'s times under ``per_node``."""
+
     def rel(d: dict[str, float]) -> list[float]:
         return [d[n] - obs.not_ready[n] for n in nodes if n in d and n in obs.not_ready]
 
@@ -245,6 +265,7 @@ def figures(obs: RackObserver, nodes: list[str]) -> dict[str, Any]:
         "last_final_after_last_not_ready_s": round(max(obs.final.values()) - last_nr, 2)
         if obs.final and last_nr
         else None,
+        "per_node": per_node(obs, nodes),
     }
 
 
@@ -409,6 +430,8 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=480, help="seconds a phase may take after the failure")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "rack.json")
     ap.add_argument("--peers-out", type=Path, default=ROOT / "bench" / "results" / "peers.json")
+    ap.add_argument("--plot", type=Path, default=tables.RELEASE_PLOT,
+                    help="the per-node release plot, ours against FAR (.png and .svg; drawn when both ran)")  # fmt: skip
     args = ap.parse_args()
     if "job" in args.executors.split(","):
         ap.error(f"--executors job: {JOB_NOT_MEASURED}")
@@ -516,6 +539,8 @@ def main() -> int:
         }
     args.peers_out.write_text(json.dumps(peers, indent=1) + "\n")
     print(f"wrote {args.out} and {args.peers_out}")
+    for path in tables.release_plot(doc, peers, args.plot):
+        print(f"wrote {path}")
     return 0
 
 

@@ -12,6 +12,9 @@ Usage::
 
 ``--update`` replaces the text between the markers ``<!-- bench-tables:begin -->`` and
 ``<!-- bench-tables:end -->`` in that file (exit 2 if they are missing) and leaves the rest alone.
+It also draws the rack's per-node release times, ours against FAR's (:func:`release_plot`), to
+``docs/img/rack-release.{png,svg}`` (``--plot PATH``) when ``rack.json`` and ``peers.json`` both
+hold them.
 """
 
 from __future__ import annotations
@@ -365,6 +368,114 @@ def peers(doc: Any, name: str) -> list[str]:
     return lines + _table(_RACK_HEAD, rows)
 
 
+#: Where :func:`release_plot` draws (``.png`` and ``.svg`` beside each other), shown in docs/benchmarks.md.
+RELEASE_PLOT = ROOT / "docs" / "img" / "rack-release"
+
+
+def _node_order(name: str) -> tuple[str, int]:
+    """``lab-node-12`` sorts after ``lab-node-2``."""
+    stem, _, num = name.rpartition("-")
+    return (stem, int(num)) if num.isdigit() else (name, -1)
+
+
+def release_series(rack_doc: Any, peers_doc: Any) -> tuple[str, dict[str, Any], dict[str, Any]] | None:
+    """The rack (its key, ``power_loss_<N>``), our in-process phase and FAR's phase of that rack,
+    when both recorded ``per_node`` times (``bench/rack.py``); else None."""
+    far = (peers_doc or {}).get("far") or {}
+    for key, r in ((rack_doc or {}).get("racks") or {}).items():
+        ours = ((r.get("executors") or {}).get("inprocess")) or {}
+        theirs = far.get(f"rack_{key}") or {}
+        if ours.get("per_node") and theirs.get("per_node"):
+            return key, r, theirs
+    return None
+
+
+def release_plot(rack_doc: Any, peers_doc: Any, out: Path = RELEASE_PLOT) -> list[Path]:
+    """Draw each node's release, ours against FAR's, to ``out.png`` and ``out.svg`` (``out`` without a
+    suffix; its directory is created) with matplotlib, as ``noderemedy_lab.timeline`` draws the demo's
+    timelines; returns the paths written, none when :func:`release_series` finds no rack measured
+    by both. One row per node (``lab-node-0`` at the top), seconds from that node's NotReady: ours
+    out-of-service taint (the release) and Final, FAR's taint and Final (its ``Succeeded``), with
+    each side's median taint as a dashed line. Only recorded values are drawn."""
+    found = release_series(rack_doc, peers_doc)
+    if found is None:
+        return []
+    from matplotlib import rc_context
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    key, rack, far_phase = found
+    ours = rack["executors"]["inprocess"]
+    nodes = sorted(set(ours["per_node"]) | set(far_phase["per_node"]), key=_node_order)
+    fig = Figure(figsize=(11, 2.2 + 0.16 * len(nodes)), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    ys = {n: len(nodes) - 1 - i for i, n in enumerate(nodes)}
+    blue, pale, orange = "#1565c0", "#90caf9", "#ef6c00"
+
+    def series(phase: dict[str, Any], field: str) -> tuple[list[float], list[int]]:
+        pts = [
+            (t, ys[n]) for n, v in phase["per_node"].items() if n in ys and (t := v.get(field)) is not None
+        ]
+        return [float(t) for t, _ in pts], [y for _, y in pts]
+
+    for n, v in ours["per_node"].items():
+        if n in ys and v.get("taint_s") is not None and v.get("final_s") is not None:
+            ax.plot([v["taint_s"], v["final_s"]], [ys[n]] * 2, color=pale, linewidth=1.2, zorder=1)
+    for phase, field, label, style in (
+        (ours, "taint_s", "ours: out-of-service taint (release)", {"marker": "o", "color": blue, "s": 22}),
+        (ours, "final_s", "ours: Final (after recovery: outlet and FC port on)",
+         {"marker": "o", "facecolors": "white", "edgecolors": blue, "s": 22}),
+        (far_phase, "taint_s", "FAR: out-of-service taint (release)", {"marker": "^", "color": orange, "s": 26}),
+        (far_phase, "final_s", "FAR: Succeeded (set with its taint; no recovery)",
+         {"marker": "|", "color": "#5d4037", "s": 60}),
+    ):  # fmt: skip
+        xs, yy = series(phase, field)
+        label += f" ({len(xs)} of {len(nodes)} nodes)"
+        ax.scatter(xs, yy, label=label, zorder=3, linewidths=1, **style)
+    for phase, colour, who in ((ours, blue, "ours"), (far_phase, orange, "FAR")):
+        p50 = (phase.get("taint_s") or {}).get("p50")
+        if p50 is not None:
+            ax.axvline(float(p50), color=colour, linestyle="--", linewidth=0.9, zorder=0)
+            ax.text(float(p50), len(nodes) - 0.3, f" {who} taint p50 {p50} s", color=colour, fontsize=7,
+                    va="bottom", ha="left")  # fmt: skip
+    ax.set_yticks([ys[n] for n in nodes], nodes, fontsize=6)
+    ax.set_ylim(-0.8, len(nodes) + 0.6)
+    ax.set_xlim(left=0)
+    ax.set_xlabel(
+        "seconds from the node's NotReady (first seen by the bench); no mark: not seen within the bench's --timeout",
+        fontsize=9,
+    )
+    ax.tick_params(axis="x", labelsize=8)
+    ax.grid(axis="x", color="#eeeeee")
+    ax.set_axisbelow(True)
+    fig.legend(fontsize=7, loc="lower center", ncol=2, frameon=False)
+    load = (rack.get("machine") or {}).get("load_average_1m_before_after")
+    fig.suptitle(
+        f"A rack of {len(nodes)} nodes loses power ({key}): each node's release, ours (in-process, batched) "
+        f"against medik8s fence-agents-remediation (FAR)\nmeasured {rack.get('generated_at')}, 1-min load "
+        f"average before/after {load}\nours: {rack.get('fence_configuration')}; FAR: fence_ipmilan reboot",
+        fontsize=9, x=0.01, ha="left",
+    )  # fmt: skip
+    fig.tight_layout(rect=(0, 0.45 / fig.get_figheight(), 1, 1))  # room for the legend below
+    out.parent.mkdir(parents=True, exist_ok=True)
+    paths = [out.with_suffix(".png"), out.with_suffix(".svg")]
+    # as the demo's timelines: the SVG keeps its text as text, and no date (same data, same file)
+    with rc_context({"svg.fonttype": "none", "svg.hashsalt": "noderemedy"}):
+        for path in paths:
+            fig.savefig(path, metadata={"Date": None} if path.suffix == ".svg" else None)
+    return paths
+
+
+def release_plot_files(results: Path, out: Path = RELEASE_PLOT) -> list[Path]:
+    """:func:`release_plot` from ``results``' ``rack.json`` and ``peers.json`` (absent: none drawn)."""
+    docs = [
+        json.loads(p.read_text()) if p.exists() else {}
+        for p in (results / "rack.json", results / "peers.json")
+    ]
+    return release_plot(docs[0], docs[1], out)
+
+
 #: file name → (title, renderer). Order of the page.
 KNOWN: dict[str, tuple[str, Callable[[Any, str], list[str]]]] = {
     "e2e.json": ("End to end: the demo", e2e),
@@ -411,10 +522,14 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--results", type=Path, default=RESULTS, help="directory of the JSON files")
     p.add_argument("--update", type=Path, metavar="FILE", help="rewrite the marked block of FILE")
+    p.add_argument("--plot", type=Path, default=RELEASE_PLOT, metavar="PATH",
+                   help="with --update: where the per-node release plot goes (.png and .svg)")  # fmt: skip
     args = p.parse_args(argv)
     tables = render(args.results)
     if args.update:
         update(args.update, tables)
+        for path in release_plot_files(args.results, args.plot):
+            print(f"wrote {_rel(path)}")
     else:
         sys.stdout.write(tables)
     return 0

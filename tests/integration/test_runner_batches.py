@@ -4,9 +4,11 @@ playbooks, ipmi_sim BMCs and the snmpd FC switch.
 
 Each NodeFence still gets its own result: Final with its own verified fence (every BMC's own power
 log: one cut, one restore), its own Events. A BMC of the batch that never answers fails only its
-own NodeFence, and the others are released and recovered meanwhile. A runner killed with -9 while
-the batch of power cuts is in flight, restarted on the same data dir, brings every NodeFence to
-Final with no second power cycle at any BMC.
+own NodeFence, and the others are released and recovered meanwhile. A BMC of the batch that lies
+(answers the power-off as done, its power stays on) never gets its node the out-of-service taint,
+and the others are tainted while its run still waits on its read-back. A runner killed with -9, or
+stopped with SIGTERM, while the batch of power cuts is in flight, then restarted on the same data
+dir, brings every NodeFence to Final with no second power cycle at any BMC.
 
 The nodes fail hung: kwok stops their heartbeat (the lab's power label says off) while their BMCs
 still read on, so the power-management step really cuts and restores each BMC's power.
@@ -42,6 +44,7 @@ from test_runner_e2e import (  # noqa: F401 - fixtures are used by name
 )
 from test_runner_restart import collapse, in_flight, power_sets
 
+from noderemedy_lab import bmc as lab_bmc
 from noderemedy_lab.config import POWER_LABEL
 
 pytestmark = [pytest.mark.lab, pytest.mark.kube]
@@ -51,6 +54,29 @@ NODES = (DEAD, OTHER, SPARE)
 #: a window wide enough that the three NodeFences' runs, asked for within it, share one run
 WINDOW = ["--batch-window", "1"]
 _BATCH = re.compile(r"^batch (\S+): (\S+) for (\d+) hosts")
+_CANCELED = re.compile(r"^run (\S+): canceled in ")
+
+
+def bmc_log(lab: Any, node: str, since: float = 0.0) -> list[int]:
+    """Every power command ``node``'s BMC answered as done since the epoch time ``since``
+    (``0`` off, ``1`` on), the ones a lying BMC did not carry out included
+    (:func:`noderemedy_lab.bmc.power_sets` with ``with_ignored``)."""
+    path = lab.info["devices"]["bmcs"][node]["power_log"]
+    return [value for at, value in lab_bmc.power_sets(path, with_ignored=True) if at >= since]
+
+
+def ended(r: Runner, ident: str) -> bool:
+    """Whether runner ``r`` has logged the end of the run ``ident`` (``run <ident>: <status> in``)."""
+    return bool(r.logged(rf"^run {re.escape(ident)}: \S+ in "))
+
+
+def batch_of(r: Runner, ident: str) -> set[str]:
+    """The batches (their ids, the ``batch`` field of the run's start line) that ran ``ident``."""
+    return {
+        str(line["batch"])
+        for line in r.logged(rf"^run {re.escape(ident)}: \S+\.yml for ")
+        if line.get("batch")
+    }
 
 
 def batches(runners: list[Runner], playbook: str = "fence_step.yml") -> list[int]:
@@ -256,4 +282,133 @@ def test_kill9_mid_batch_every_nodefence_ends_final_without_a_second_power_cycle
     print(
         f"\nFIGURE kill -9 mid-batch: BMC sets {[power_sets(lab_kube, n, since) for n in hung_nodes]}, "
         f"fence_step runs started {sorted(starts.values())}"
+    )
+
+
+@pytest.mark.timeout(480)
+def test_sigterm_mid_batch_every_nodefence_ends_final_without_a_second_power_cycle(
+    lab_kube: Any,
+    api: client.ApiClient,
+    fence_ns: FenceNamespace,  # noqa: F811
+    runner: Callable[..., Runner],  # noqa: F811
+    hung_nodes: tuple[str, ...],
+) -> None:
+    """The runner gets SIGTERM while a batch of power cuts is in flight and one of its hosts' BMCs
+    already reads off: the batch is canceled (every host's segment with it) and the runner exits 0.
+    Started again on the same data dir, it replays each interrupted segment once: a BMC already off
+    reads back off and is sent nothing more, so each BMC's own log shows one cut and one restore,
+    at most one set repeated (a segment canceled between its set and its record), and no second
+    power cycle."""
+    co = client.CustomObjectsApi(api)
+    since = time.time()
+    r = runner(*WINDOW)
+    names = create_all(co, "term", hung_nodes)
+    pm_off = {node: f"{name}-r0-power-management-a0" for node, name in names.items()}
+
+    def batch_in_flight_one_cut() -> bool:
+        busy = [node for node, ident in pm_off.items() if in_flight(r, ident)]
+        return len(busy) >= 2 and any("0" in power_sets(lab_kube, node, since) for node in busy)
+
+    wait_for(
+        batch_in_flight_one_cut, 240, "a batch of power cuts in flight, one BMC already off", interval=0.1
+    )
+    code = r.stop(timeout=60)
+    assert code == 0, r.log_path.read_text()[-3000:]
+    canceled = {str(m.group(1)) for ln in r.lines() if (m := _CANCELED.match(str(ln.get("msg", ""))))}
+    assert canceled & set(pm_off.values()), (canceled, pm_off)  # the batch of power cuts, canceled
+    cut = {node: power_sets(lab_kube, node, since) for node in hung_nodes}
+    r.start()
+    objs, tainted = watch_until(
+        co, client.CoreV1Api(api), names,
+        lambda o: all(status_of(x) in ("Final", "Error") for x in o.values()), 300,
+        "every NodeFence Final after the SIGTERM",
+    )  # fmt: skip
+    starts: dict[str, int] = {}
+    for line in r.lines():
+        m = re.match(r"^run (\S+): fence_step\.yml for ", str(line.get("msg", "")))
+        if m:
+            starts[m.group(1)] = starts.get(m.group(1), 0) + 1
+    for node, obj in objs.items():
+        sets = power_sets(lab_kube, node, since)
+        assert status_of(obj) == "Final" and conds(obj)["Succeeded"]["status"] == "True", (
+            node,
+            obj["status"],
+        )
+        assert collapse(sets) == ["0", "1"], (node, sets)  # no second power cycle
+        assert len(sets) - len(collapse(sets)) <= 1, (node, sets)  # at most one repeated set
+        assert node in tainted
+    # the canceled segments were replayed once each, nothing else twice
+    assert all(starts.get(ident) == 2 for ident in canceled), (canceled, starts)
+    assert all(n == 1 for ident, n in starts.items() if ident not in canceled), starts
+    print(
+        f"\nFIGURE SIGTERM mid-batch: {len(canceled)} power-off runs canceled; BMC sets at the stop {cut}, "
+        f"at the end {[power_sets(lab_kube, n, since) for n in hung_nodes]}"
+    )
+
+
+@pytest.mark.timeout(480)
+def test_a_bmc_of_the_batch_that_lies_never_gets_the_taint_and_the_others_are_released_meanwhile(
+    lab_kube: Any,
+    api: client.ApiClient,
+    fence_ns: FenceNamespace,  # noqa: F811
+    runner: Callable[..., Runner],  # noqa: F811
+    hung_nodes: tuple[str, ...],
+) -> None:
+    """SPARE's BMC lies (``Lab.bmc_mode(SPARE, "lies")``): it answers every power command as done and
+    its power stays on, so its power-off's read-back never shows off (``ipmi_power`` gives up after
+    ``power_timeout``). Its node never gets the out-of-service taint and its NodeFence is not Final;
+    the others' power cuts ran in the same batch, and each of them was tainted before SPARE's
+    power-off run ended: nobody waited for the liar. They end Final with their own fence.
+
+    Last in this module: the lying BMC leaves ``ignored`` entries in SPARE's power log (read with
+    :func:`bmc_log`; :func:`power_sets` leaves them out)."""
+    co, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+    since = time.time()
+    lab_kube.bmc_mode(SPARE, "lies")
+    # a batch starts once its 3 hosts are in (full), or 5 s after its first: the three power-offs
+    # share one even when their isolation runs end more than WINDOW apart (seen: 1.7 s under load)
+    r = runner("--batch-window", "5", "--batch-size", str(len(hung_nodes)))
+    try:
+        names = create_all(co, "lies", hung_nodes)
+        good = [n for n in hung_nodes if n != SPARE]
+        liar_off = f"{names[SPARE]}-r0-power-management-a0"
+        before_liar: dict[str, bool] = {}  # good node -> its taint first seen before the liar's run ended
+        liar_tainted: list[bool] = []
+
+        def good_final() -> dict[str, dict] | None:
+            for node in good:
+                if node not in before_liar and oos_on(core, node):
+                    before_liar[node] = not ended(r, liar_off)  # read after the taint: the order holds
+            liar_tainted.append(oos_on(core, SPARE))
+            objs = {node: get_nf(co, name) for node, name in names.items()}
+            return objs if all(status_of(objs[n]) == "Final" for n in good) else None
+
+        objs = wait_for(good_final, 300, "the NodeFences of the truthful BMCs Final", interval=0.1)
+        liar = get_nf(co, names[SPARE])
+        failed = wait_for(
+            lambda: [
+                e for e in events_of(api, liar) if e.reason in ("FenceAgentFailed", "FenceAgentTimedOut")
+            ],
+            120,
+            f"the failed power-off of {names[SPARE]} in its own Events",
+        )
+        liar_tainted.append(oos_on(core, SPARE))
+        log = bmc_log(lab_kube, SPARE, since)
+        r.stop(timeout=60)  # before the BMC tells the truth again: no later run may cut it
+    finally:
+        lab_kube.bmc_mode(SPARE, "normal")
+    liar = get_nf(co, names[SPARE])
+    assert status_of(liar) != "Final", liar["status"]
+    assert not any(liar_tainted) and not oos_on(core, SPARE), "a taint without a verified power-off"
+    assert not [e for e in events_of(api, liar) if e.reason == "OutOfServiceTaintAdded"]
+    assert 0 in log and power_sets(lab_kube, SPARE, since) == [], log  # answered, never done
+    for node in good:
+        assert conds(objs[node])["Succeeded"]["status"] == "True", (node, objs[node]["status"])
+        assert collapse(power_sets(lab_kube, node, since)) == ["0", "1"], node
+        assert before_liar.get(node) is True, (node, before_liar)
+    shared = [n for n in good if batch_of(r, liar_off) & batch_of(r, f"{names[n]}-r0-power-management-a0")]
+    assert shared, "the liar's power-off ran in a batch of its own"
+    print(
+        f"\nFIGURE lying BMC in a batch: {failed[0].reason} on {names[SPARE]} ({failed[0].message[:120]}); "
+        f"{SPARE}'s power log {log}; {', '.join(shared)} shared its power-off batch and were tainted first"
     )

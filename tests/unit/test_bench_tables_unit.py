@@ -1,0 +1,59 @@
+"""Unit tests of bench/tables.py's per-node release plot (``release_series``, ``release_plot``) on
+small results documents shaped as bench/rack.py writes them. No lab."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def tables() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_tables", ROOT / "bench" / "tables.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _per_node(n: int, taint: float) -> dict[str, dict[str, float]]:
+    return {
+        f"lab-node-{i}": {"verified_s": taint - 1, "taint_s": taint + i, "final_s": taint + 10 + i}
+        for i in range(n)
+    }
+
+
+def _docs(ours: dict[str, Any] | None, far: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    phase = {"taint_s": {"p50": 1}, **({"per_node": ours} if ours else {})}
+    rack = {"racks": {"power_loss_4": {"executors": {"inprocess": phase}}}}
+    peers = {"far": {"rack_power_loss_4": {"taint_s": {"p50": 1}, **({"per_node": far} if far else {})}}}
+    return rack, peers
+
+
+def test_no_plot_unless_both_sides_recorded_each_nodes_times(tables: ModuleType, tmp_path: Path) -> None:
+    for ours, far in ((None, _per_node(4, 2)), (_per_node(4, 9), None), (None, None)):
+        rack, peers = _docs(ours, far)
+        assert tables.release_series(rack, peers) is None
+        assert tables.release_plot(rack, peers, tmp_path / "plot") == []
+    assert tables.release_series({}, {"far": {"not_measured": "no --far-src"}}) is None
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_plot_is_drawn_as_png_and_svg_from_both_sides_per_node_times(
+    tables: ModuleType, tmp_path: Path
+) -> None:
+    rack, peers = _docs(_per_node(4, 9), _per_node(3, 2))
+    key, found_rack, far_phase = tables.release_series(rack, peers)
+    assert key == "power_loss_4" and far_phase["per_node"]["lab-node-2"]["taint_s"] == 4
+    assert found_rack["executors"]["inprocess"]["per_node"]["lab-node-3"]["taint_s"] == 12
+    paths = tables.release_plot(rack, peers, tmp_path / "sub" / "plot")
+    assert sorted(p.name for p in paths) == ["plot.png", "plot.svg"]
+    assert (tmp_path / "sub" / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    svg = (tmp_path / "sub" / "plot.svg").read_text()
+    assert "<svg" in svg and "lab-node-3" in svg
