@@ -114,8 +114,7 @@ def _go() -> str:
 TYPICAL_BUILD_SECONDS = {"kubernetes": 300, "kwok": 75, "etcd": 30, "vcsim-lab": 25, "cluster-api": 150}
 
 
-#: Serialises :func:`_record_seconds` between processes' threads that build at once (two labs
-#: starting in one process, a test beside a setup).
+#: Serialises :func:`_record_seconds` between the build threads of :func:`ensure_binaries`.
 _TIMES_LOCK = threading.Lock()
 
 
@@ -339,7 +338,7 @@ def _go_install(
             log,
             f"{name} v{version}",
             progress,
-            env_extra={"GOBIN": tmp},  # its own: another process may build beside it
+            env_extra={"GOBIN": tmp},  # its own: other builds run beside it (ensure_binaries)
         )
         built = Path(tmp) / Path(module_pkg).name
         if not built.is_file():
@@ -424,17 +423,17 @@ def ensure_binaries(
     cluster-api's controller manager (``noderemedy-lab build`` and the ``capi`` stand-in cluster
     ask for it; a lab start does not wait for it).
 
-    The builds run one after another, in one thread: Kubernetes (the control plane and, in the
-    same ``go build``, the node's commands, which share most packages), etcd, kwok, vcsim and
-    cluster-api. Side by side they were slower on 2 cores (docs/benchmarks.md, a new machine's
-    demo: 22 min 37 s against 13 min 6 s): on an empty build cache each concurrent ``go build``
-    compiles the packages they share (the standard library, gRPC, protobuf, the etcd client...),
-    which a later build takes from the cache instead, and the CPU is the limit either way. Each
-    says how long it has run every 15 s, in one line naming it, with the time left where it is
-    known (``progress``, default: stderr). The first build takes several minutes on 2 cores; later
-    calls return at once. A failed build does not stop the next ones (a later run then has only
-    it left to build); ComponentError naming the first failed component once all have ended.
+    The builds run side by side, each in its own thread: Kubernetes (the control plane and, in the
+    same ``go build``, the node's commands, which share most packages), kwok, etcd, vcsim and
+    cluster-api. On
+    2 cores the Kubernetes build takes most of the CPU; the others spend much of their time
+    fetching modules, which then overlaps it. Each says how long it has run every 15 s, in one
+    line naming it (``progress``, default: stderr). The first build takes several minutes on 2
+    cores; later calls return at once. Raises ComponentError naming the component whose build
+    failed (the first one, once every build has ended).
     """
+    from concurrent.futures import ThreadPoolExecutor
+
     say = progress or (lambda line: print(line, file=sys.stderr, flush=True))
     wanted = [
         n
@@ -455,8 +454,6 @@ def ensure_binaries(
                 raise
 
         jobs.append((f"kubernetes ({', '.join(kube_todo)})", kube))
-    if "etcd" in todo:
-        jobs.append(("etcd", lambda: build_etcd(say)))
     if "kwok" in todo:
         jobs.append(
             (
@@ -466,25 +463,25 @@ def ensure_binaries(
                 ),
             )
         )
+    if "etcd" in todo:
+        jobs.append(("etcd", lambda: build_etcd(say)))
     if "vcsim" in todo:
         jobs.append(("vcsim", lambda: build_vcsim(say)))
     if "cluster-api" in todo:
         jobs.append(("cluster-api", lambda: build_cluster_api(say)))
     if jobs:
         say(
-            f"building from the Go module proxy, one after another: {', '.join(n for n, _ in jobs)} "
+            f"building from the Go module proxy, side by side: {', '.join(n for n, _ in jobs)} "
             f"(Kubernetes v{KUBERNETES_VERSION}: about 5 min on 2 cores the first time)"
         )
-    first: ComponentError | None = None
-    for name, job in jobs:
-        try:
-            job()
-        except ComponentError as exc:
-            first = first or exc
-        except Exception as exc:  # named after the component, raised once all have run
-            first = first or ComponentError(f"build {name}", str(exc))
-    if first is not None:
-        raise first
+        with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+            futures = [(name, pool.submit(job)) for name, job in jobs]
+        for name, fut in futures:
+            exc = fut.exception()
+            if isinstance(exc, ComponentError):
+                raise exc
+            if exc is not None:
+                raise ComponentError(f"build {name}", str(exc)) from exc
     still = [n for n in missing(node) if n in wanted]
     if still:
         raise ComponentError("build", f"binaries still missing after build: {', '.join(still)}")

@@ -1,12 +1,10 @@
 """Unit tests of the lab's build orchestration (noderemedy_lab.build.ensure_binaries) with the Go
 builds replaced by functions that write the binaries: which builds run for which caller, that
-they run one after another (Kubernetes first), and how a failed one is reported. No Go, no
-network."""
+they run side by side, and how a failed one is reported. No Go, no network."""
 
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -33,27 +31,21 @@ def _writes(*names: str) -> Callable[[], None]:
 
 
 class StandIns:
-    """Stand-ins for the builds: ``asked`` records what each was asked to build, in the order
-    they started; ``overlapped`` whether one started while another was still running (each holds
-    on for 50 ms, so builds side by side would overlap)."""
+    """Stand-ins for the four builds: ``asked`` records what each was asked to build. With
+    ``together(n)``, each build waits (30 s at most) until ``n`` builds have started: builds run one
+    after another would end in a BrokenBarrierError."""
 
     def __init__(self) -> None:
         self.asked: dict[str, list[str]] = {}
-        self.running = 0
-        self.overlapped = False
-        self._lock = threading.Lock()
+        self.started = threading.Barrier(1)
+
+    def together(self, parties: int) -> None:
+        self.started = threading.Barrier(parties)
 
     def run(self, name: str, what: list[str], make: Callable[[], None]) -> None:
-        with self._lock:
-            self.asked[name] = what
-            self.overlapped = self.overlapped or self.running > 0
-            self.running += 1
-        try:
-            time.sleep(0.05)
-            make()
-        finally:
-            with self._lock:
-                self.running -= 1
+        self.asked[name] = what
+        self.started.wait(timeout=30)
+        make()
 
 
 @pytest.fixture
@@ -76,15 +68,15 @@ def builds(cache: Path, monkeypatch: pytest.MonkeyPatch) -> StandIns:
     return s
 
 
-def test_the_demo_builds_everything_but_vcsim_one_after_another(builds: StandIns) -> None:
+def test_the_demo_builds_everything_but_vcsim_side_by_side(builds: StandIns) -> None:
+    builds.together(3)  # kubernetes, kwok, etcd: all started before any finishes
     lines: list[str] = []
     got = build.ensure_binaries(lines.append, node=True, vcsim=False)
-    assert list(builds.asked) == ["kubernetes", "etcd", "kwok"] and "vcsim" not in got
-    assert not builds.overlapped
+    assert set(builds.asked) == {"kubernetes", "kwok", "etcd"} and "vcsim" not in got
     # the control plane and the node's commands in one go build
     assert builds.asked["kubernetes"] == [*build.KUBE_COMMANDS, *build.NODE_COMMANDS]
     assert set(got) == {*build.KUBE_COMMANDS, *build.NODE_COMMANDS, "kwok", "etcd"}
-    assert lines and "one after another: kubernetes" in lines[0] and "vcsim" not in lines[0]
+    assert lines and "side by side: kubernetes" in lines[0] and "vcsim" not in lines[0]
     # a second call finds everything built and builds nothing
     builds.asked.clear()
     assert build.ensure_binaries(lines.append, node=True, vcsim=False) == got and builds.asked == {}
@@ -105,7 +97,7 @@ def test_a_failed_build_is_named_after_every_build_has_ended(
     monkeypatch.setattr(build, "build_etcd", broken)
     with pytest.raises(ComponentError, match="build etcd: no space left on device"):
         build.ensure_binaries(lambda line: None, vcsim=False)
-    # the ones after it were built all the same: only etcd is left for the next run
+    # the others finished meanwhile: only etcd is left for the next run
     assert build.missing() == ["etcd", "vcsim", "cluster-api"]  # vcsim, cluster-api not asked for
 
 
@@ -123,7 +115,7 @@ def test_a_failed_build_of_only_the_nodes_commands_names_them(
     assert err.value.component == "build kubelet and kube-proxy" and "GOPROXY=off" in str(err.value)
 
 
-def test_setup_builds_cluster_api_after_the_others_and_a_lab_start_does_not(builds: StandIns) -> None:
+def test_setup_builds_cluster_api_beside_the_others_and_a_lab_start_does_not(builds: StandIns) -> None:
     # what a lab start asks for: no cluster-api (only the capi stand-in cluster needs it)
     got = build.ensure_binaries(lambda line: None, node=True, vcsim=False)
     assert "cluster-api" not in builds.asked and "cluster-api" not in got
@@ -132,7 +124,7 @@ def test_setup_builds_cluster_api_after_the_others_and_a_lab_start_does_not(buil
     lines: list[str] = []
     got = build.ensure_binaries(lines.append, node=True, vcsim=False, capi=True)
     assert builds.asked == {"cluster-api": ["cluster-api"]} and got["cluster-api"].is_file()
-    assert "one after another: cluster-api" in lines[0]
+    assert "side by side: cluster-api" in lines[0]
 
 
 def test_a_progress_line_says_the_time_left_from_the_typical_build_then_from_this_machines_last(
