@@ -400,9 +400,10 @@ def release_plot(rack_doc: Any, peers_doc: Any, out: Path = RELEASE_PLOT) -> lis
     found = release_series(rack_doc, peers_doc)
     if found is None:
         return []
-    from matplotlib import rc_context
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+
+    from noderemedy_lab.timeline import save_figure
 
     key, rack, far_phase = found
     ours = rack["executors"]["inprocess"]
@@ -458,13 +459,7 @@ def release_plot(rack_doc: Any, peers_doc: Any, out: Path = RELEASE_PLOT) -> lis
         fontsize=9, x=0.01, ha="left",
     )  # fmt: skip
     fig.tight_layout(rect=(0, 0.45 / fig.get_figheight(), 1, 1))  # room for the legend below
-    out.parent.mkdir(parents=True, exist_ok=True)
-    paths = [out.with_suffix(".png"), out.with_suffix(".svg")]
-    # as the demo's timelines: the SVG keeps its text as text, and no date (same data, same file)
-    with rc_context({"svg.fonttype": "none", "svg.hashsalt": "noderemedy"}):
-        for path in paths:
-            fig.savefig(path, metadata={"Date": None} if path.suffix == ".svg" else None)
-    return paths
+    return save_figure(fig, out)  # as the demo's timelines
 
 
 def release_plot_files(results: Path, out: Path = RELEASE_PLOT) -> list[Path]:

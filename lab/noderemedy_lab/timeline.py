@@ -151,7 +151,6 @@ def render(scenario: Mapping[str, Any], title: str, out: Path) -> list[Path]:
     ``writers`` (``{"old": spans, "new": spans}`` from :func:`writer_spans`), ``timeline``
     (milestone -> seconds), ``trace_end_s``, and the figures ``pod_running_elsewhere_s``,
     ``overlapping_writes``. KeyError naming the field when ``trace`` or ``writers`` is missing."""
-    from matplotlib import rc_context
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -219,9 +218,17 @@ def render(scenario: Mapping[str, Any], title: str, out: Path) -> list[Path]:
     ax.grid(axis="x", color="#eeeeee")
     ax.set_axisbelow(True)
     fig.tight_layout()
+    return save_figure(fig, out)
+
+
+def save_figure(fig: Any, out: Path) -> list[Path]:
+    """Write the matplotlib figure ``fig`` as ``out`` with the suffixes ``.png`` and ``.svg``
+    (folder created) and return those two paths. The SVG keeps its text as text (searchable,
+    smaller) and carries no date, so the same data gives the same file."""
+    from matplotlib import rc_context
+
     out.parent.mkdir(parents=True, exist_ok=True)
     paths = [out.with_suffix(".png"), out.with_suffix(".svg")]
-    # the SVG keeps its text as text (searchable, smaller), and no date: the same data, the same file
     with rc_context({"svg.fonttype": "none", "svg.hashsalt": "noderemedy"}):
         for path in paths:
             fig.savefig(path, metadata={"Date": None} if path.suffix == ".svg" else None)

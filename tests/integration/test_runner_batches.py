@@ -79,6 +79,31 @@ def batch_of(r: Runner, ident: str) -> set[str]:
     }
 
 
+def power_offs(names: dict[str, str]) -> dict[str, str]:
+    """Node -> the ident of its NodeFence's first power-off run (``names``: node -> NodeFence)."""
+    return {node: f"{name}-r0-power-management-a0" for node, name in names.items()}
+
+
+def fence_step_starts(r: Runner) -> dict[str, int]:
+    """Run ident -> how many times runner ``r`` started it with ``fence_step.yml`` (its log's
+    ``run <ident>: fence_step.yml for ...`` lines, over every start of the process)."""
+    starts: dict[str, int] = {}
+    for line in r.lines():
+        m = re.match(r"^run (\S+): fence_step\.yml for ", str(line.get("msg", "")))
+        if m:
+            starts[m.group(1)] = starts.get(m.group(1), 0) + 1
+    return starts
+
+
+def all_ended(
+    co: client.CustomObjectsApi, core: client.CoreV1Api, names: dict[str, str], what: str
+) -> tuple[dict[str, dict], set[str]]:
+    """:func:`watch_until` every NodeFence of ``names`` is Final or Error (300 s at most)."""
+    return watch_until(
+        co, core, names, lambda o: all(status_of(x) in ("Final", "Error") for x in o.values()), 300, what
+    )
+
+
 def batches(runners: list[Runner], playbook: str = "fence_step.yml") -> list[int]:
     """The hosts of every batch run of ``playbook`` the runners started, in order."""
     out = []
@@ -256,7 +281,7 @@ def test_kill9_mid_batch_every_nodefence_ends_final_without_a_second_power_cycle
     since = time.time()
     r = runner(*WINDOW)
     names = create_all(co, "k9", hung_nodes)
-    pm_off = {node: f"{name}-r0-power-management-a0" for node, name in names.items()}
+    pm_off = power_offs(names)
 
     def batch_in_flight() -> bool:
         return sum(in_flight(r, ident) for ident in pm_off.values()) >= 2
@@ -264,15 +289,8 @@ def test_kill9_mid_batch_every_nodefence_ends_final_without_a_second_power_cycle
     wait_for(batch_in_flight, 240, "a batch of power cuts in flight")
     r.kill9()
     r.start()
-    objs, tainted = watch_until(
-        co, core, names, lambda o: all(status_of(x) in ("Final", "Error") for x in o.values()), 300,
-        "every NodeFence Final after the kill",
-    )  # fmt: skip
-    starts: dict[str, int] = {}
-    for line in r.lines():
-        m = re.match(r"^run (\S+): fence_step\.yml for ", str(line.get("msg", "")))
-        if m:
-            starts[m.group(1)] = starts.get(m.group(1), 0) + 1
+    objs, tainted = all_ended(co, core, names, "every NodeFence Final after the kill")
+    starts = fence_step_starts(r)
     for node, obj in objs.items():
         sets = power_sets(lab_kube, node, since)
         assert status_of(obj) == "Final", (node, obj["status"])
@@ -303,7 +321,7 @@ def test_sigterm_mid_batch_every_nodefence_ends_final_without_a_second_power_cyc
     since = time.time()
     r = runner(*WINDOW)
     names = create_all(co, "term", hung_nodes)
-    pm_off = {node: f"{name}-r0-power-management-a0" for node, name in names.items()}
+    pm_off = power_offs(names)
 
     def batch_in_flight_one_cut() -> bool:
         busy = [node for node, ident in pm_off.items() if in_flight(r, ident)]
@@ -318,16 +336,8 @@ def test_sigterm_mid_batch_every_nodefence_ends_final_without_a_second_power_cyc
     assert canceled & set(pm_off.values()), (canceled, pm_off)  # the batch of power cuts, canceled
     cut = {node: power_sets(lab_kube, node, since) for node in hung_nodes}
     r.start()
-    objs, tainted = watch_until(
-        co, client.CoreV1Api(api), names,
-        lambda o: all(status_of(x) in ("Final", "Error") for x in o.values()), 300,
-        "every NodeFence Final after the SIGTERM",
-    )  # fmt: skip
-    starts: dict[str, int] = {}
-    for line in r.lines():
-        m = re.match(r"^run (\S+): fence_step\.yml for ", str(line.get("msg", "")))
-        if m:
-            starts[m.group(1)] = starts.get(m.group(1), 0) + 1
+    objs, tainted = all_ended(co, client.CoreV1Api(api), names, "every NodeFence Final after the SIGTERM")
+    starts = fence_step_starts(r)
     for node, obj in objs.items():
         sets = power_sets(lab_kube, node, since)
         assert status_of(obj) == "Final" and conds(obj)["Succeeded"]["status"] == "True", (
@@ -371,7 +381,7 @@ def test_a_bmc_of_the_batch_that_lies_never_gets_the_taint_and_the_others_are_re
     try:
         names = create_all(co, "lies", hung_nodes)
         good = [n for n in hung_nodes if n != SPARE]
-        liar_off = f"{names[SPARE]}-r0-power-management-a0"
+        liar_off = power_offs(names)[SPARE]
         before_liar: dict[str, bool] = {}  # good node -> its taint first seen before the liar's run ended
         liar_tainted: list[bool] = []
 
@@ -406,7 +416,7 @@ def test_a_bmc_of_the_batch_that_lies_never_gets_the_taint_and_the_others_are_re
         assert conds(objs[node])["Succeeded"]["status"] == "True", (node, objs[node]["status"])
         assert collapse(power_sets(lab_kube, node, since)) == ["0", "1"], node
         assert before_liar.get(node) is True, (node, before_liar)
-    shared = [n for n in good if batch_of(r, liar_off) & batch_of(r, f"{names[n]}-r0-power-management-a0")]
+    shared = [n for n in good if batch_of(r, liar_off) & batch_of(r, power_offs(names)[n])]
     assert shared, "the liar's power-off ran in a batch of its own"
     print(
         f"\nFIGURE lying BMC in a batch: {failed[0].reason} on {names[SPARE]} ({failed[0].message[:120]}); "
