@@ -84,6 +84,19 @@ def power_offs(names: dict[str, str]) -> dict[str, str]:
     return {node: f"{name}-r0-power-management-a0" for node, name in names.items()}
 
 
+def failed_run_events(api: client.ApiClient, nf: dict, timeout: float) -> list[Any]:
+    """The NodeFence ``nf``'s own Events of a failed or timed-out fence run (``FenceAgentFailed``,
+    ``FenceAgentTimedOut``), waited for up to ``timeout`` seconds."""
+    name = nf["metadata"]["name"]
+    return list(
+        wait_for(
+            lambda: [e for e in events_of(api, nf) if e.reason in ("FenceAgentFailed", "FenceAgentTimedOut")],
+            timeout,
+            f"a failed run of {name} in its own Events",
+        )
+    )
+
+
 def fence_step_starts(r: Runner) -> dict[str, int]:
     """Run ident -> how many times runner ``r`` started it with ``fence_step.yml`` (its log's
     ``run <ident>: fence_step.yml for ...`` lines, over every start of the process)."""
@@ -252,12 +265,7 @@ def test_a_bmc_of_the_batch_that_never_answers_fails_only_its_own_nodefence(
         )  # fmt: skip
         bad = get_nf(co, names[SPARE])
         assert status_of(bad) != "Final" and SPARE not in tainted and not oos_on(core, SPARE), bad["status"]
-        failed = wait_for(
-            lambda: {e.reason for e in events_of(api, bad)} & {"FenceAgentTimedOut", "FenceAgentFailed"},
-            60,
-            f"a failed run of {names[SPARE]} in its own Events",
-        )
-        assert failed, bad["status"]
+        assert failed_run_events(api, bad, 60), bad["status"]
         assert power_sets(lab_kube, SPARE, since) == [], "SPARE's real BMC was never asked"
         for node in good:
             assert collapse(power_sets(lab_kube, node, since)) == ["0", "1"], node
@@ -395,13 +403,7 @@ def test_a_bmc_of_the_batch_that_lies_never_gets_the_taint_and_the_others_are_re
 
         objs = wait_for(good_final, 300, "the NodeFences of the truthful BMCs Final", interval=0.1)
         liar = get_nf(co, names[SPARE])
-        failed = wait_for(
-            lambda: [
-                e for e in events_of(api, liar) if e.reason in ("FenceAgentFailed", "FenceAgentTimedOut")
-            ],
-            120,
-            f"the failed power-off of {names[SPARE]} in its own Events",
-        )
+        failed = failed_run_events(api, liar, 120)
         liar_tainted.append(oos_on(core, SPARE))
         log = bmc_log(lab_kube, SPARE, since)
         r.stop(timeout=60)  # before the BMC tells the truth again: no later run may cut it
