@@ -9,6 +9,10 @@ ansible-runner run whose inventory has one host per custom resource: the host's 
 that resource's own extravars (references only, checked as :class:`~noderemedy_runner.machines.actions.Action`
 checks them: invariant 5), Ansible's forks are the batch's size and its strategy is ``free``, so
 each host runs its tasks as fast as its own device answers -- a slow device delays only its host.
+Batches are formed per playbook *and* per shared device of the runs' first method
+(:mod:`noderemedy_runner.shared_devices`): the hosts of a batch on one PDU or FC switch get one
+module call for all their plugs, each host then taking its own plug's read-back, so a slow shared
+device delays only the hosts on it.
 
 Every safety decision stays per custom resource: batching happens below the state machines, after
 each one's own ``decide`` (guards, storm guard, quorum, maintenance, levels, the release rate
@@ -57,6 +61,7 @@ from noderemedy_runner.run_processes import (
     new_token,
     write_settings,
 )
+from noderemedy_runner.shared_devices import SHARED_VAR, shared_device, shared_key
 
 log = logging.getLogger(__name__)
 #: the per-run lines (``run <ident>: ...``) go where a run of its own logs them
@@ -246,6 +251,8 @@ class _Request:
 @dataclass(eq=False)
 class _Batch:
     playbook: str
+    #: what the batch's runs have in common besides the playbook (``shared_devices.shared_key``)
+    key: str = ""
     requests: list[_Request] = field(default_factory=list)
     closed: bool = False
     full: threading.Event = field(default_factory=threading.Event)
@@ -325,22 +332,24 @@ class BatchingExecutor(Executor):
 
     # --- gathering -----------------------------------------------------------------------------
     def _join(self, playbook: str, req: _Request) -> None:
-        """Put ``req`` into the open batch of ``playbook`` (a new one, whose runner thread this
-        starts, when there is none, it is full or it has a host of the same name)."""
+        """Put ``req`` into the open batch of ``playbook`` and of its first method's shared device
+        (``shared_devices.shared_key``; a new batch, whose runner thread this starts, when there
+        is none, it is full or it has a host of the same name)."""
+        key = f"{playbook}\0{shared_key(playbook, req.extravars)}"
         with self._lock:
-            batch = self._pending.get(playbook)
+            batch = self._pending.get(key)
             lead = batch is None or batch.closed or req.host in batch.hosts()
             if lead:
-                batch = _Batch(playbook)
-                self._pending[playbook] = batch
+                batch = _Batch(playbook, key)
+                self._pending[key] = batch
             assert batch is not None
             batch.requests.append(req)
             req.batch = batch
             if len(batch.requests) >= self.batch_size:
                 batch.closed = True
                 batch.full.set()
-                if self._pending.get(playbook) is batch:
-                    del self._pending[playbook]
+                if self._pending.get(key) is batch:
+                    del self._pending[key]
         if lead:
             threading.Thread(target=self._lead, args=(batch,), name=f"batch-{playbook}", daemon=True).start()
 
@@ -351,8 +360,8 @@ class BatchingExecutor(Executor):
     def _close(self, batch: _Batch) -> None:
         with self._lock:
             batch.closed = True
-            if self._pending.get(batch.playbook) is batch:
-                del self._pending[batch.playbook]
+            if self._pending.get(batch.key) is batch:
+                del self._pending[batch.key]
 
     # --- running -------------------------------------------------------------------------------
     def _run_batch(self, batch: _Batch) -> None:
@@ -449,13 +458,21 @@ class BatchingExecutor(Executor):
                 return True
             return False
 
+        extravars: dict[str, Any] = {HOSTS_VAR: "all"}
+        shared = shared_device(batch.playbook, {r.host: r.extravars for r in live})
+        if shared is not None:
+            extravars[SHARED_VAR] = shared
+            log.info(
+                "batch %s: one %s call for the plugs of %d hosts (%s)",
+                ident, shared["method"].get("device_type"), len(shared["hosts"]), ", ".join(shared["plugs"]),
+            )  # fmt: skip
         try:
             runner = self.ansible_run(
                 private,
                 batch.playbook,
                 ident,
                 {r.host: r.extravars for r in live},
-                {HOSTS_VAR: "all"},
+                extravars,
                 token,
                 canceled,
                 env={"ANSIBLE_FORKS": str(len(live)), "ANSIBLE_STRATEGY": "free"},
