@@ -141,9 +141,7 @@ class NodeFenceCleanup(Reconciler):
             config_error=config_error,
         )
         action = decide_cleanup(name, status, cleanup, obs, fence_config, self.policy, self.namespace)
-        log.debug("NodeFence %s (deleted): %s (%s)", name, action.kind, action.reason)
-        if self.dry_run:
-            log.info("dry run: deleted NodeFence %s would %s (%s)", name, action.kind, action.reason)
+        if self.dry_run_stops(log, f"NodeFence {name} (deleted)", action):
             return None
         if action.kind == "wait":
             return action.seconds

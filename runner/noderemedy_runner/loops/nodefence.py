@@ -351,9 +351,7 @@ class NodeFenceReconciler(NodeFenceCleanup):
                 if holds:
                     obs = replace(obs, start_holds=holds)
                     action = decide(name, status, obs, config, self.policy, self.namespace, chain)
-            log.debug("NodeFence %s: %s (%s)", name, action.kind, action.reason)
-            if self.dry_run:
-                log.info("dry run: NodeFence %s would %s (%s)", name, action.kind, action.reason)
+            if self.dry_run_stops(log, f"NodeFence {name}", action):
                 return None
             if needs_finalizer(action.kind) and self.ensure_finalizer(obj, node, held):
                 continue  # before the first action on a device or the node; read it again
