@@ -31,6 +31,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import TextIO
 
 from .config import LabConfig, default_workdir
 from .procs import ComponentError, proc_start_time, stop_recorded, tail
@@ -65,6 +66,21 @@ def _read_state(workdir: Path) -> dict:
     if not path.exists():
         return {}
     return json.loads(path.read_text())
+
+
+def _lab_state(args: argparse.Namespace, file: TextIO | None = None) -> tuple[Path, dict]:
+    """The lab directory ``--workdir`` and its recorded state (``lab.json``); an empty state, after
+    printing ``no lab in WORKDIR`` on ``file`` (stdout when None), when there is no lab."""
+    workdir = Path(args.workdir)
+    state = _read_state(workdir)
+    if not state:
+        print(f"no lab in {workdir}", file=file or sys.stdout)
+    return workdir, state
+
+
+def _running(row: dict) -> bool:
+    """Whether the process of a ``lab.json`` row still runs: same PID, same recorded start time."""
+    return row.get("start_time") is not None and proc_start_time(row["pid"]) == row["start_time"]
 
 
 def cmd_build(args: argparse.Namespace) -> int:
@@ -161,10 +177,8 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def cmd_down(args: argparse.Namespace) -> int:
-    workdir = Path(args.workdir)
-    state = _read_state(workdir)
+    workdir, state = _lab_state(args)
     if not state:
-        print(f"no lab in {workdir}")
         return 0
     sup = state.get("supervisor", {})
     if sup and proc_start_time(sup["pid"]) == sup.get("start_time"):
@@ -183,11 +197,7 @@ def cmd_down(args: argparse.Namespace) -> int:
         cleanup_recorded(state)
     if left:
         print(f"stopped leftover processes: {', '.join(left)}")
-    still = [
-        name
-        for name, row in state.get("processes", {}).items()
-        if row.get("start_time") is not None and proc_start_time(row["pid"]) == row["start_time"]
-    ]
+    still = [name for name, row in state.get("processes", {}).items() if _running(row)]
     if still:
         print(f"error: still running: {', '.join(still)}", file=sys.stderr)
         return 1
@@ -196,14 +206,12 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    workdir = Path(args.workdir)
-    state = _read_state(workdir)
+    workdir, state = _lab_state(args)
     if not state:
-        print(f"no lab in {workdir}")
         return 1
     bad = 0
     for name, row in state.get("processes", {}).items():
-        ok = row.get("start_time") is not None and proc_start_time(row["pid"]) == row["start_time"]
+        ok = _running(row)
         bad += not ok
         print(f"{name:28s} {'running' if ok else 'DOWN'} (pid {row['pid']})")
     if "kube" in state:
@@ -224,10 +232,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_env(args: argparse.Namespace) -> int:
-    workdir = Path(args.workdir)
-    state = _read_state(workdir)
+    workdir, state = _lab_state(args, file=sys.stderr)
     if not state:
-        print(f"no lab in {workdir}", file=sys.stderr)
         return 1
     print(f"export NODEREMEDY_LAB_DIR='{workdir}'")
     print(f"export NODEREMEDY_LAB_INFO='{workdir / 'lab.json'}'")

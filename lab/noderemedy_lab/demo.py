@@ -100,22 +100,17 @@ def _wait(what: str, timeout: float, probe: Callable[[], object]) -> object:
         time.sleep(0.3)
 
 
+def _namespaced(kind: str, name: str, **content: dict[str, str]) -> dict:
+    """A core v1 object of ``kind`` named ``name`` in the runner's namespace, with ``content``."""
+    return {"apiVersion": "v1", "kind": kind, "metadata": {"name": name, "namespace": NAMESPACE}, **content}
+
+
 def _secret(name: str, data: dict[str, str]) -> dict:
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {"name": name, "namespace": NAMESPACE},
-        "stringData": data,
-    }
+    return _namespaced("Secret", name, stringData=data)
 
 
 def _configmap(name: str, data: dict[str, str]) -> dict:
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": name, "namespace": NAMESPACE},
-        "data": data,
-    }
+    return _namespaced("ConfigMap", name, data=data)
 
 
 def fence_configuration(lab: Lab, host: str) -> list[dict]:

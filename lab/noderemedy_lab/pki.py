@@ -222,3 +222,14 @@ def issue_device_pki(directory: Path, cn: str) -> dict[str, Path]:
     _write_cert(paths["cert"], crt)
     _write_key(paths["key"], key)
     return paths
+
+
+def device_endpoint(port: int, username: str, password: str, tls: dict[str, Path], **more: object) -> dict:
+    """What a test needs to reach an HTTPS device of the lab on 127.0.0.1:``port`` with basic
+    authentication, its server certificate from :func:`issue_device_pki` (``tls``)::
+
+        {"host": "127.0.0.1", "port": port, "username": username, "password": password,
+         "ca_file": str (the device's CA), **more}
+    """
+    base = {"host": "127.0.0.1", "port": port, "username": username, "password": password}
+    return {**base, "ca_file": str(tls["ca"]), **more}

@@ -18,7 +18,7 @@ import uuid
 from pathlib import Path
 
 from .config import LabConfig
-from .pki import issue_device_pki
+from .pki import device_endpoint, issue_device_pki
 from .procs import ComponentError, Proc, Supervisor, prepare_peer, tcp_listening
 
 #: Seconds a Redfish power transition takes in the lab (sushy-tools' fake driver: random 1-11 s).
@@ -103,16 +103,15 @@ def start_peer(
     def uri(sid: str) -> str:
         return f"/redfish/v1/Systems/{sid}"
 
-    endpoint = {
-        "host": "127.0.0.1",
-        "port": port,
-        "username": "admin",
-        "password": password,
-        "ca_file": str(tls["ca"]),
-        "power_delay": POWER_DELAY,
-        "systems": {node: {"id": sid, "uri": uri(sid)} for node, sid in systems.items()},
-        "stuck": {"name": STUCK_SYSTEM, "id": stuck, "uri": uri(stuck)},
-    }
+    endpoint = device_endpoint(
+        port,
+        "admin",
+        password,
+        tls,
+        power_delay=POWER_DELAY,
+        systems={node: {"id": sid, "uri": uri(sid)} for node, sid in systems.items()},
+        stuck={"name": STUCK_SYSTEM, "id": stuck, "uri": uri(stuck)},
+    )
     return endpoint, proc
 
 

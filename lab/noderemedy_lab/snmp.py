@@ -200,6 +200,18 @@ def _system(descr: str, objid: str, name: str) -> list[tuple[str, str, str]]:
     ]
 
 
+def _writable(oid: str, low: int, high: int) -> tuple[str, str, str]:
+    """The snmpsim record of a writable Integer32 at ``oid`` that remembers SETs, 1 at first, and
+    rejects a value outside ``low..high`` (wrongValue)."""
+    return (oid, "2:writecache", f"value=1,vlist=lt:{low}:wrongvalue:gt:{high}:wrongvalue")
+
+
+def _rows(count_oid: str, table: str, n: int) -> list[tuple[str, str, str]]:
+    """The row count (``count_oid``) and the index column (``table.1.<i>`` = i, i from 1) of an
+    SNMP table of ``n`` rows, as snmpsim records."""
+    return [(count_oid, "2", str(n))] + [(f"{table}.1.{i}", "2", str(i)) for i in range(1, n + 1)]
+
+
 def snmprec_records(device: str, node_names: list[str]) -> list[tuple[str, str, str]]:
     """snmpsim records ``(oid, tag, value)`` of ``device`` (``apc-ms``, ``eaton`` or ``fc-sim``), sorted by OID.
 
@@ -213,41 +225,33 @@ def snmprec_records(device: str, node_names: list[str]) -> list[tuple[str, str, 
     oid = SYS_OBJECT_IDS.get(device, "")
     if device == "apc-ms":
         recs = _system("APC MasterSwitch simulator (PowerNet-MIB sPDUOutletCtl)", oid, "apc-sim")
-        recs.append(("1.3.6.1.4.1.318.1.1.4.4.1.0", "2", str(n)))  # sPDUOutletControlTableSize
         t = "1.3.6.1.4.1.318.1.1.4.4.2.1"
+        recs += _rows("1.3.6.1.4.1.318.1.1.4.4.1.0", t, n)  # sPDUOutletControlTableSize, ...Index
         for i in range(1, n + 1):
-            recs.append((f"{t}.1.{i}", "2", str(i)))  # sPDUOutletControlIndex
             recs.append((f"{t}.2.{i}", "2", "4"))  # sPDUOutletPending: noCommandPending
             # sPDUOutletCtl: 1 on, 2 off, 3 reboot, 4 unknown, 5..7 *WithDelay
-            recs.append((f"{t}.3.{i}", "2:writecache", "value=1,vlist=lt:1:wrongvalue:gt:7:wrongvalue"))
+            recs.append(_writable(f"{t}.3.{i}", 1, 7))
             recs.append((f"{t}.4.{i}", "4", outlet_names[str(i)]))  # sPDUOutletCtlName
     elif device == "eaton":
         recs = _system("Eaton Managed ePDU simulator", oid, "eaton-sim")
         t = "1.3.6.1.4.1.534.6.6.6.1.2.2.1"
         for i in range(n):
             recs.append((f"{t}.1.{i}", "2", str(i)))  # outlet number (0-based)
-            recs.append((f"{t}.3.{i}", "2:writecache", "value=1,vlist=lt:0:wrongvalue:gt:2:wrongvalue"))
+            recs.append(_writable(f"{t}.3.{i}", 0, 2))
     elif device == "fc-sim":
         recs = _system("FC switch simulator (IF-MIB + FC-FE-MIB)", oid, "fc-sim")
-        recs.append(("1.3.6.1.2.1.2.1.0", "2", str(n)))  # ifNumber
         t = "1.3.6.1.2.1.2.2.1"
+        recs += _rows("1.3.6.1.2.1.2.1.0", t, n)  # ifNumber, ifIndex
         for i in range(1, n + 1):
-            recs.append((f"{t}.1.{i}", "2", str(i)))  # ifIndex
             recs.append((f"{t}.2.{i}", "4", f"fc1/{i}"))  # ifDescr
             recs.append((f"{t}.3.{i}", "2", "56"))  # ifType fibreChannel
-            recs.append((f"{t}.7.{i}", "2:writecache", "value=1,vlist=lt:1:wrongvalue:gt:3:wrongvalue"))
+            recs.append(_writable(f"{t}.7.{i}", 1, 3))  # ifAdminStatus
             recs.append((f"{t}.8.{i}", "2", "1"))  # ifOperStatus (static in snmpsim)
             recs.append((f"1.3.6.1.2.1.31.1.1.1.1.{i}", "4", f"fc1/{i}"))  # ifName
             alias = f"{node_names[i - 1]}-hba0" if i <= len(node_names) else ""
             recs.append((f"1.3.6.1.2.1.31.1.1.1.18.{i}", "4", alias))  # ifAlias
             # fcFxPortPhysAdminStatus.<module 22>.<port-1>: online(1) offline(2) testing(3)
-            recs.append(
-                (
-                    f"1.3.6.1.2.1.75.1.2.2.1.1.22.{i - 1}",
-                    "2:writecache",
-                    "value=1,vlist=lt:1:wrongvalue:gt:3:wrongvalue",
-                )
-            )
+            recs.append(_writable(f"1.3.6.1.2.1.75.1.2.2.1.1.22.{i - 1}", 1, 3))
     else:
         raise ValueError(f"snmprec_records: unknown snmpsim device {device!r}")
     return sorted(recs, key=lambda r: tuple(int(x) for x in r[0].split(".")))

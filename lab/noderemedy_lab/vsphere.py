@@ -17,7 +17,7 @@ import secrets
 from pathlib import Path
 
 from .config import LabConfig
-from .pki import issue_device_pki
+from .pki import device_endpoint, issue_device_pki
 from .procs import Proc, Supervisor, prepare_peer, tcp_listening
 
 POWER_DELAY = 0.5
@@ -60,17 +60,16 @@ def start_peer(
         "-power-delay-ms", str(int(POWER_DELAY * 1000)), "-stays-on", stuck,
     ]  # fmt: skip
     proc = sup.start("vsphere", argv, env=env, cwd=run_dir)
-    endpoint = {
-        "host": "127.0.0.1",
-        "port": port,
-        "username": "fencer",
-        "password": password,
-        "ca_file": str(tls["ca"]),
-        "vms": vms,
-        "spare_vm": vm_name(len(node_names)),
-        "stuck_vm": stuck,
-        "power_delay": POWER_DELAY,
-    }
+    endpoint = device_endpoint(
+        port,
+        "fencer",
+        password,
+        tls,
+        vms=vms,
+        spare_vm=vm_name(len(node_names)),
+        stuck_vm=stuck,
+        power_delay=POWER_DELAY,
+    )
     return endpoint, proc
 
 

@@ -41,7 +41,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 #: Where a ``configmaps`` entry is mounted: ``<root>/<configmap name>``.
@@ -112,27 +112,32 @@ def _metadata(value: Any, where: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     labels = value.get("labels")
     if labels is not None:
-        if not isinstance(labels, Mapping):
-            raise PodTemplateError(f"{where}.labels: a map of strings")
-        for k, v in labels.items():
-            _qualified_key(k, f"{where}.labels")
-            if not isinstance(v, str) or len(v) > 63 or not _LABEL_VALUE.match(v):
-                raise PodTemplateError(
-                    f"{where}.labels.{k}: {v!r} is not a label value (at most 63 characters)"
-                )
-        out["labels"] = dict(labels)
+        out["labels"] = _key_map(
+            labels, f"{where}.labels", _is_label_value, "a label value (at most 63 characters)"
+        )
     annotations = value.get("annotations")
     if annotations is not None:
-        if not isinstance(annotations, Mapping):
-            raise PodTemplateError(f"{where}.annotations: a map of strings")
-        for k, v in annotations.items():
-            _qualified_key(k, f"{where}.annotations")
-            if not isinstance(v, str):
-                raise PodTemplateError(f"{where}.annotations.{k}: {v!r} is not a string")
+        out["annotations"] = _key_map(annotations, f"{where}.annotations", lambda _: True, "a string")
         if sum(len(k) + len(v) for k, v in annotations.items()) > 256 * 1024:
             raise PodTemplateError(f"{where}.annotations: more than 256 KiB")
-        out["annotations"] = dict(annotations)
     return out
+
+
+def _is_label_value(value: str) -> bool:
+    return len(value) <= 63 and bool(_LABEL_VALUE.match(value))
+
+
+def _key_map(value: Any, where: str, valid: Callable[[str], bool], what: str) -> dict[str, str]:
+    """The ``labels`` or ``annotations`` at ``where``: a map of qualified keys
+    (:func:`_qualified_key`) to strings that ``valid`` accepts, copied. Raises
+    :class:`PodTemplateError` on another value, naming the first key whose value is not ``what``."""
+    if not isinstance(value, Mapping):
+        raise PodTemplateError(f"{where}: a map of strings")
+    for k, v in value.items():
+        _qualified_key(k, where)
+        if not isinstance(v, str) or not valid(v):
+            raise PodTemplateError(f"{where}.{k}: {v!r} is not {what}")
+    return dict(value)
 
 
 def _env(value: Any, where: str, secret: str) -> list[dict[str, Any]]:

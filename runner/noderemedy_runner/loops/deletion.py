@@ -1,7 +1,7 @@
 """The I/O of a deleted NodeFence's cleanup: observe the node, ask the pure
 :func:`~noderemedy_runner.machines.deletion.decide_cleanup`, perform its one action, record an Event.
 
-The NodeFence reconciler hands a NodeFence over to :meth:`NodeFenceDeletion.act` as soon as its
+The NodeFence reconciler (a :class:`NodeFenceCleanup`) turns to :meth:`NodeFenceCleanup.cleanup` as soon as its
 ``metadata.deletionTimestamp`` is set (the fencing flow then stops at once) and loops on it as on
 the flow: observe → decide → act → decide again. The decisions, the order (power on; then, once
 the node is Ready and its release finished, unfence storage and remove the out-of-service taint;
@@ -13,16 +13,16 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from noderemedy_runner.config.fence import FenceConfig
-from noderemedy_runner.executor import Executor
 from noderemedy_runner.kube.errors import Conflict, KubeError, NotFound
-from noderemedy_runner.kube.resources import NODEFENCE, KubeIO, ready_condition
+from noderemedy_runner.kube.resources import NODEFENCE, ready_condition
 from noderemedy_runner.loops.memory import (
     ERROR_REQUEUE_SECONDS,
     InMemory,
+    Reconciler,
     meta_of,
     out_of_service_tainted,
     taint_event,
@@ -46,18 +46,14 @@ from noderemedy_runner.machines.nodefence import (
     NodeFenceStatus,
     StepResult,
 )
-from noderemedy_runner.observer import Observer
 
 log = logging.getLogger(__name__)
 
 #: Warning Event reason when the runner may not add its finalizer (RBAC without ``patch``).
 FINALIZER_FORBIDDEN = "FinalizerForbidden"
-#: What :meth:`NodeFenceDeletion.act` returns when the reconciler should read the object and
+#: What :meth:`NodeFenceCleanup.cleanup` returns when the reconciler should read the object and
 #: decide again at once (anything else is the reconcile's result: a delay in seconds, or None).
 AGAIN = -1.0
-
-#: Runs the taint playbook for a custom resource (:meth:`~noderemedy_runner.loops.memory.Reconciler.run_taint`).
-RunTaint = Callable[[Mapping[str, Any], str, Action, InMemory, threading.Event], bool]
 
 
 def deleted_at(obj: Mapping[str, Any]) -> float | None:
@@ -67,38 +63,19 @@ def deleted_at(obj: Mapping[str, Any]) -> float | None:
     return parse_time(stamp) if isinstance(stamp, str) and stamp else None
 
 
-class NodeFenceDeletion:
-    """Performs the cleanup of deleted NodeFences (:mod:`noderemedy_runner.machines.deletion`).
+class NodeFenceCleanup(Reconciler):
+    """Performs the cleanup of deleted NodeFences (:mod:`noderemedy_runner.machines.deletion`):
+    the base of :class:`~noderemedy_runner.loops.nodefence.NodeFenceReconciler`, so the cleanup
+    and the fencing flow share one set of seams (kube, executor, observer, clock, dry run) and
+    one taint path (:meth:`~noderemedy_runner.loops.memory.Reconciler.run_taint`).
 
-    Args:
-        kube: API access; executor: runs the ``on`` methods (``fence_step.yml``);
-        namespace: where the fence ConfigMaps and credentials Secrets live; policy: the
-        NodeFence tunables (``recovery_timeout_seconds`` bounds the cleanup,
-        ``retry_delay_seconds`` spaces its retries); observer; clock (seconds since the epoch);
-        run_taint: removes the out-of-service taint (the reconcilers' one taint path);
-        dry_run: decide and log, perform nothing.
+    Attributes the subclass sets: ``namespace``, where the fence ConfigMaps and credentials
+    Secrets live; ``policy``, the NodeFence tunables (``recovery_timeout_seconds`` bounds the
+    cleanup, ``retry_delay_seconds`` spaces its retries).
     """
 
-    def __init__(
-        self,
-        kube: KubeIO,
-        executor: Executor,
-        *,
-        namespace: str,
-        policy: NodeFencePolicy,
-        observer: Observer,
-        clock: Callable[[], float],
-        run_taint: RunTaint,
-        dry_run: bool = False,
-    ) -> None:
-        self.dry_run = dry_run
-        self.kube = kube
-        self.executor = executor
-        self.namespace = namespace
-        self.policy = policy
-        self.observer = observer
-        self.clock = clock
-        self.run_taint = run_taint
+    namespace: str
+    policy: NodeFencePolicy
 
     def ensure_finalizer(self, obj: Mapping[str, Any], node: str, held: InMemory) -> bool:
         """Put :data:`~noderemedy_runner.machines.deletion.FINALIZER` on NodeFence ``obj`` before
@@ -126,7 +103,7 @@ class NodeFenceDeletion:
         self.kube.event(obj, "Normal", "FinalizerAdded", f"{FINALIZER}: a deletion cleans node {node} up")
         return True
 
-    def act(
+    def cleanup(
         self, obj: dict[str, Any], config: FenceConfig | str, held: InMemory, cancel: threading.Event
     ) -> float | None:
         """One cleanup decision for NodeFence ``obj`` (being deleted) and its action. Returns
@@ -144,7 +121,7 @@ class NodeFenceDeletion:
             status = NodeFenceStatus.from_dict(raw)
             cleanup = CleanupStatus.from_dict(raw.get("cleanup"))
         except ValueError as exc:
-            return self._unreadable(obj, name, node, str(exc), now)
+            return self._cleanup_unreadable(obj, name, node, str(exc), now)
         node_obj = self.kube.get_node(node) if node else None
         ready = ready_condition(node_obj)[0] if node_obj is not None else False
         taint = out_of_service_tainted(node_obj)
@@ -164,9 +141,7 @@ class NodeFenceDeletion:
             config_error=config_error,
         )
         action = decide_cleanup(name, status, cleanup, obs, fence_config, self.policy, self.namespace)
-        log.debug("NodeFence %s (deleted): %s (%s)", name, action.kind, action.reason)
-        if self.dry_run:
-            log.info("dry run: deleted NodeFence %s would %s (%s)", name, action.kind, action.reason)
+        if self.dry_run_stops(log, f"NodeFence {name} (deleted)", action):
             return None
         if action.kind == "wait":
             return action.seconds
@@ -183,7 +158,7 @@ class NodeFenceDeletion:
             self.kube.event(obj, type_, action.reason, cond.message if cond is not None else action.reason)
             return AGAIN
         if action.kind == "run_step":
-            return self._run(obj, name, action, held, cancel)
+            return self._cleanup_run(obj, name, action, held, cancel)
         if action.kind == "untaint_out_of_service":
             return (
                 AGAIN if self.run_taint(obj, node, action, held, cancel) else self.policy.retry_delay_seconds
@@ -192,7 +167,7 @@ class NodeFenceDeletion:
             return self._let_go(obj, name, node, action)
         raise ValueError(f"NodeFence {name}: unexpected cleanup action {action.kind}")
 
-    def _run(
+    def _cleanup_run(
         self, obj: dict[str, Any], name: str, action: Action, held: InMemory, cancel: threading.Event
     ) -> float | None:
         """Run one ``on`` run of the cleanup; its outcome goes to ``held.result`` for the next decision."""
@@ -213,7 +188,7 @@ class NodeFenceDeletion:
         held.result = StepResult(ident, outcome.succeeded, outcome.timed_out, outcome.summary())
         return AGAIN
 
-    def _unreadable(
+    def _cleanup_unreadable(
         self, obj: dict[str, Any], name: str, node: str, problem: str, now: float
     ) -> float | None:
         """A status the cleanup cannot read tells nothing of what the flow did: nothing is undone;
@@ -263,4 +238,4 @@ class NodeFenceDeletion:
         return None
 
 
-__all__ = ["AGAIN", "FINALIZER_FORBIDDEN", "NodeFenceDeletion", "RunTaint", "deleted_at"]
+__all__ = ["AGAIN", "FINALIZER_FORBIDDEN", "NodeFenceCleanup", "deleted_at"]

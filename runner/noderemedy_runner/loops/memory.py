@@ -6,6 +6,7 @@ actions), the requeue delays, and the out-of-service taint Events.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -167,6 +168,16 @@ class Reconciler:
         """Drop the in-memory state of a deleted custom resource ``key``."""
         with self._lock:
             self._held.pop(key, None)
+
+    def dry_run_stops(self, logger: logging.Logger, where: str, action: Action) -> bool:
+        """Log ``action``, just decided for ``where`` (``"NodeFence nf-1"``), on ``logger`` at
+        debug level. In a dry run also say at info level what would be done and return True: the
+        caller performs nothing and ends its reconcile there. False when not a dry run."""
+        logger.debug("%s: %s (%s)", where, action.kind, action.reason)
+        if not self.dry_run:
+            return False
+        logger.info("dry run: %s would %s (%s)", where, action.kind, action.reason)
+        return True
 
     def run_taint(
         self,

@@ -194,9 +194,7 @@ class Metal3RemediationReconciler(Reconciler):
                     obj, held, action.reason, f"node {node}: the power-on waits until the out-of-service "
                     f"taint has released {left.summary()}",
                 )  # fmt: skip
-            log.debug("%s: %s (%s)", where, action.kind, action.reason)
-            if self.dry_run:
-                log.info("dry run: %s would %s (%s)", where, action.kind, action.reason)
+            if self.dry_run_stops(log, where, action):
                 return None
             if action.kind == "wait":
                 return action.seconds

@@ -50,12 +50,11 @@ from noderemedy_runner.kube.resources import (
     ready_condition,
 )
 from noderemedy_runner.loops.adopt import needs_record, record_adopted_release
-from noderemedy_runner.loops.deletion import AGAIN, NodeFenceDeletion, deleted_at
+from noderemedy_runner.loops.deletion import AGAIN, NodeFenceCleanup, deleted_at
 from noderemedy_runner.loops.interop import release_medik8s_lease, start_holds, take_medik8s_lease
 from noderemedy_runner.loops.memory import (
     ERROR_REQUEUE_SECONDS,
     InMemory,
-    Reconciler,
     created_at,
     meta_of,
     out_of_service_tainted,
@@ -150,7 +149,7 @@ def load_fence_config(
     return parse_fence_config(name, data, templates, node)
 
 
-class NodeFenceReconciler(Reconciler):
+class NodeFenceReconciler(NodeFenceCleanup):
     """Drives NodeFence objects (cluster-scoped) through :func:`noderemedy_runner.machines.nodefence.decide`.
 
     Args (besides :class:`~noderemedy_runner.loops.memory.Reconciler`'s):
@@ -186,10 +185,6 @@ class NodeFenceReconciler(Reconciler):
         self.remedies = remedies
         self.executors = dict(executors or {})
         self.releases = ReleaseLedger(policy.max_pods_released_per_minute)
-        self.deletion = NodeFenceDeletion(
-            kube, executor, namespace=namespace, policy=policy, observer=self.observer, clock=clock,
-            run_taint=self.run_taint, dry_run=dry_run,
-        )  # fmt: skip
 
     def _config_error(self, obj: dict[str, Any], reason: str, message: str) -> None:
         """Processing=False ``reason`` with ``message`` and a Warning Event, once (the same
@@ -253,7 +248,7 @@ class NodeFenceReconciler(Reconciler):
                     found: FenceConfig | str = load_fence_config(self.kube, self.namespace, node, self.cloud)
                 except FenceConfigError as err:
                     found = str(err)
-                delay = self.deletion.act(obj, found, held, cancel)
+                delay = self.cleanup(obj, found, held, cancel)
                 if delay == AGAIN:
                     continue
                 return delay
@@ -356,11 +351,9 @@ class NodeFenceReconciler(Reconciler):
                 if holds:
                     obs = replace(obs, start_holds=holds)
                     action = decide(name, status, obs, config, self.policy, self.namespace, chain)
-            log.debug("NodeFence %s: %s (%s)", name, action.kind, action.reason)
-            if self.dry_run:
-                log.info("dry run: NodeFence %s would %s (%s)", name, action.kind, action.reason)
+            if self.dry_run_stops(log, f"NodeFence {name}", action):
                 return None
-            if needs_finalizer(action.kind) and self.deletion.ensure_finalizer(obj, node, held):
+            if needs_finalizer(action.kind) and self.ensure_finalizer(obj, node, held):
                 continue  # before the first action on a device or the node; read it again
             if action.kind == "wait":
                 return action.seconds

@@ -59,7 +59,6 @@ def test_a_nodefence_deleted_after_the_power_off_powers_on_then_unfences_then_le
     ex = FakeExecutor(RunOutcome("x", "successful", 0))
     r = reconciler(kube, ex)
     r.clock = lambda: 1767226500.0  # 2026-01-01T00:15:00Z: 5 min after the deletion, within its timeout
-    r.deletion.clock = r.clock
     delay = r.reconcile("nf", threading.Event())
     # powered on at once; the storage waits for the node to be Ready
     assert ex.runs == [cleanup_ident("nf", "PowerOn", 0)] and delay is not None and delay > 0
@@ -103,10 +102,10 @@ def test_an_unreadable_status_lets_go_after_the_recovery_timeout_undoing_nothing
     kube.obj["status"] = {"status": "Exploded"}
     ex = FakeExecutor(RunOutcome("x", "successful", 0))
     r = reconciler(kube, ex)
-    r.clock = r.deletion.clock = lambda: 1767226500.0  # 5 min after the deletion: within the timeout
+    r.clock = lambda: 1767226500.0  # 5 min after the deletion: within the timeout
     assert r.reconcile("nf", threading.Event()) == 10.0
     assert kube.obj["metadata"]["finalizers"] == [FINALIZER] and ex.runs == []
-    r.clock = r.deletion.clock = lambda: 1767226801.0  # past the 600 s recovery timeout
+    r.clock = lambda: 1767226801.0  # past the 600 s recovery timeout
     assert r.reconcile("nf", threading.Event()) is None
     assert kube.obj["metadata"]["finalizers"] == [] and ex.runs == []
     warned = [msg for _kind, reason, msg in kube.events if reason == "CleanupTimedOut"]
@@ -194,7 +193,7 @@ def test_the_cleanup_writes_its_events_before_it_lets_go() -> None:
 
     kube.patch_finalizers = recording  # type: ignore[method-assign]
     r = reconciler(kube, FakeExecutor(RunOutcome("x", "successful", 0)))
-    r.clock = r.deletion.clock = lambda: 1767226801.0  # past the 600 s recovery timeout
+    r.clock = lambda: 1767226801.0  # past the 600 s recovery timeout
     assert r.reconcile("nf", threading.Event()) is None
     assert kube.obj["metadata"]["finalizers"] == []
     assert seen_at_let_go and "CleanupTimedOut" in seen_at_let_go[-1], seen_at_let_go

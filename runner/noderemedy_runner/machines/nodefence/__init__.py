@@ -70,21 +70,15 @@ The package: :mod:`~noderemedy_runner.machines.fencestatus` holds the status typ
 (de)serialization (shared with the remedy escalation), :mod:`.steps` the step, segment and level
 vocabulary (run idents, segments, the step and read-back actions), :mod:`.vocabulary` the
 condition types, reasons, annotations, the policy and the resting states, and
-:mod:`.transitions` the transition function.
+:mod:`.transitions` the transition function. The package re-exports the status types and the
+vocabulary whole (their modules' ``__all__``), so a new name is listed in one place.
 """
 
 from __future__ import annotations
 
-from noderemedy_runner.machines.fencestatus import (
-    PHASES,
-    LevelOutcome,
-    LevelResult,
-    NodeFenceObservations,
-    NodeFenceStatus,
-    Phase,
-    RunRef,
-    StepResult,
-)
+from noderemedy_runner.machines import fencestatus
+from noderemedy_runner.machines.fencestatus import *  # noqa: F403 (re-exported whole)
+from noderemedy_runner.machines.nodefence import vocabulary
 from noderemedy_runner.machines.nodefence.steps import (
     applied_fences,
     fenced_level,
@@ -94,68 +88,17 @@ from noderemedy_runner.machines.nodefence.steps import (
     verify_fence_action,
 )
 from noderemedy_runner.machines.nodefence.transitions import HOLD_REASONS, decide
-from noderemedy_runner.machines.nodefence.vocabulary import (
-    CONFIRM_DOWN_ANNOTATION,
-    CONFIRM_MISSING_NODE_ANNOTATION,
-    FENCE_AGENT_ACTION_SUCCEEDED,
-    FENCE_VERIFIED,
-    FENCED_STORAGE_RELEASED,
-    MAX_LEVEL_OUTCOMES,
-    MAX_MESSAGE,
-    NODE_NOT_FOUND,
-    NODE_NOT_FOUND_RECHECK_SECONDS,
-    PROCESSING,
-    RELEASE_RATE_LIMITED,
-    RELEASE_RECHECK_SECONDS,
-    STOP_ANNOTATION,
-    STOPPED,
-    SUCCEEDED,
-    WAITING_FOR_DETACH,
-    WAITING_FOR_KUBELET,
-    WORKLOADS_RELEASED,
-    NodeFencePolicy,
-    is_stopped,
-    is_terminal,
-    new_level_outcomes,
-)
+from noderemedy_runner.machines.nodefence.vocabulary import *  # noqa: F403 (re-exported whole)
 
 __all__ = [
-    "CONFIRM_DOWN_ANNOTATION",
-    "CONFIRM_MISSING_NODE_ANNOTATION",
-    "FENCE_AGENT_ACTION_SUCCEEDED",
-    "FENCE_VERIFIED",
-    "FENCED_STORAGE_RELEASED",
     "HOLD_REASONS",
-    "MAX_LEVEL_OUTCOMES",
-    "MAX_MESSAGE",
-    "NODE_NOT_FOUND",
-    "NODE_NOT_FOUND_RECHECK_SECONDS",
-    "PHASES",
-    "PROCESSING",
-    "RELEASE_RATE_LIMITED",
-    "RELEASE_RECHECK_SECONDS",
-    "STOP_ANNOTATION",
-    "STOPPED",
-    "SUCCEEDED",
-    "WAITING_FOR_DETACH",
-    "WAITING_FOR_KUBELET",
-    "WORKLOADS_RELEASED",
-    "LevelOutcome",
-    "LevelResult",
-    "NodeFenceObservations",
-    "NodeFencePolicy",
-    "NodeFenceStatus",
-    "Phase",
-    "RunRef",
-    "StepResult",
     "applied_fences",
     "decide",
     "fenced_level",
-    "is_stopped",
-    "is_terminal",
-    "new_level_outcomes",
     "run_ident",
     "run_step_action",
     "step_segments",
     "verify_fence_action",
 ]
+__all__ += fencestatus.__all__
+__all__ += vocabulary.__all__

@@ -99,3 +99,29 @@ def is_stopped(status: NodeFenceStatus) -> bool:
     """Whether an admin stopped this NodeFence (Error with ``Succeeded=False``, ``StoppedByAdmin``)."""
     cond = find_condition(status.conditions, SUCCEEDED)
     return status.status == "Error" and cond is not None and cond.status == "False" and cond.reason == STOPPED
+
+
+__all__ = [
+    "CONFIRM_DOWN_ANNOTATION",
+    "CONFIRM_MISSING_NODE_ANNOTATION",
+    "FENCE_AGENT_ACTION_SUCCEEDED",
+    "FENCE_VERIFIED",
+    "FENCED_STORAGE_RELEASED",
+    "MAX_LEVEL_OUTCOMES",
+    "MAX_MESSAGE",
+    "NODE_NOT_FOUND",
+    "NODE_NOT_FOUND_RECHECK_SECONDS",
+    "PROCESSING",
+    "RELEASE_RATE_LIMITED",
+    "RELEASE_RECHECK_SECONDS",
+    "STOP_ANNOTATION",
+    "STOPPED",
+    "SUCCEEDED",
+    "WAITING_FOR_DETACH",
+    "WAITING_FOR_KUBELET",
+    "WORKLOADS_RELEASED",
+    "NodeFencePolicy",
+    "is_stopped",
+    "is_terminal",
+    "new_level_outcomes",
+]
