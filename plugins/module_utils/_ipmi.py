@@ -60,7 +60,7 @@ except ImportError:  # pragma: no cover - exercised only without the library
     PYGHMI_LIBRARY = Library("pyghmi", traceback.format_exc())
     pyghmi_exc = pyghmi_session = None  # type: ignore[assignment]
 
-#: IPMI connection options; documented 1:1 by ``doc_fragments/ipmi.py``. Names are fence_ipmilan's.
+#: IPMI connection options; documented 1:1 by ``doc_fragments/fence.py`` ``IPMI``. Names are fence_ipmilan's.
 IPMI_ARG_SPEC: dict[str, dict[str, Any]] = {
     **login_arg_spec(
         623, ["NODEREMEDY_IPMI_USERNAME", "IPMI_USERNAME"], ["NODEREMEDY_IPMI_PASSWORD", "IPMI_PASSWORD"]
