@@ -54,7 +54,7 @@ except ImportError:  # pragma: no cover - exercised only without the library
     BOTO3_LIBRARY = Library("boto3", traceback.format_exc())
     boto3 = botocore_exc = BotoConfig = None  # type: ignore[assignment]
 
-#: EC2 connection options; documented 1:1 by ``doc_fragments/aws.py``. Names are fence_aws's
+#: EC2 connection options; documented 1:1 by ``doc_fragments/fence.py`` ``AWS``. Names are fence_aws's
 #: (``--region``, ``--access-key``, ``--secret-key``, ``--plug``) plus ``endpoint_url``.
 AWS_ARG_SPEC: dict[str, dict[str, Any]] = {
     "region": {"type": "str", "fallback": (env_fallback, ["AWS_REGION", "AWS_DEFAULT_REGION"])},

@@ -48,7 +48,7 @@ POWER_STATE_ARG_SPEC: dict[str, dict[str, Any]] = {
     "state": {"type": "str", "required": True, "choices": list(ACTIONS)},
 }
 
-#: Options shared by every fencing module; documented 1:1 by ``doc_fragments/fence.py``.
+#: Options shared by every fencing module; documented 1:1 by ``doc_fragments/fence.py`` ``DOCUMENTATION``.
 #: Names and meanings are fence-agents' (``lib/fencing.py`` ``all_opt``).
 FENCE_ARG_SPEC: dict[str, dict[str, Any]] = {
     "power_timeout": {"type": "float", "default": 20.0},

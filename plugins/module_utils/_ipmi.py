@@ -60,7 +60,7 @@ except ImportError:  # pragma: no cover - exercised only without the library
     PYGHMI_LIBRARY = Library("pyghmi", traceback.format_exc())
     pyghmi_exc = pyghmi_session = None  # type: ignore[assignment]
 
-#: IPMI connection options; documented 1:1 by ``doc_fragments/ipmi.py``. Names are fence_ipmilan's.
+#: IPMI connection options; documented 1:1 by ``doc_fragments/fence.py`` ``IPMI``. Names are fence_ipmilan's.
 IPMI_ARG_SPEC: dict[str, dict[str, Any]] = {
     **login_arg_spec(
         623, ["NODEREMEDY_IPMI_USERNAME", "IPMI_USERNAME"], ["NODEREMEDY_IPMI_PASSWORD", "IPMI_PASSWORD"]
@@ -94,20 +94,21 @@ CHASSIS_CONTROL_ANSWER_WAIT = 5.0
 #: IPMI completion codes -> error class (IPMI v2.0 table 5-2).
 _CC_PRIVILEGE = 0xD4
 
-#: pyghmi login error text -> error class (pyghmi ``constants.rmcp_codes`` and session.py).
-_LOGIN_ERRORS: list[tuple[str, type[FenceError], str]] = [
-    ("incorrect password", AuthError, "authentication refused (password does not match)"),
-    ("unauthorized name", AuthError, "authentication refused (unknown user name)"),
-    ("integrity code", AuthError, "authentication refused (wrong Kg key)"),
-    ("invalid integrity check", AuthError, "authentication refused (integrity check failed)"),
-    ("privilege level", PrivilegeError, "privilege level refused for this user"),
-    ("invalid role", PrivilegeError, "privilege level refused for this user"),
-    ("privelege level", PrivilegeError, "privilege level refused for this user"),
-    ("insufficient resources", UnreachableError, "BMC has no free session slot (sessions leaked?)"),
-    ("cipher suite", RejectedError, "cipher suite refused by the BMC"),
-    ("algorithm", RejectedError, "cipher suite refused by the BMC"),
-    ("confidentiality", RejectedError, "cipher suite refused by the BMC"),
-    ("md5 required", RejectedError, "BMC offers only IPMI 1.5 (no RMCP+)"),
+#: pyghmi login error text -> error class and message (pyghmi ``constants.rmcp_codes`` and
+#: session.py): the first entry with one of its texts in the error's text wins.
+_LOGIN_ERRORS: list[tuple[tuple[str, ...], type[FenceError], str]] = [
+    (("incorrect password",), AuthError, "authentication refused (password does not match)"),
+    (("unauthorized name",), AuthError, "authentication refused (unknown user name)"),
+    (("integrity code",), AuthError, "authentication refused (wrong Kg key)"),
+    (("invalid integrity check",), AuthError, "authentication refused (integrity check failed)"),
+    (
+        ("privilege level", "invalid role", "privelege level"),
+        PrivilegeError,
+        "privilege level refused for this user",
+    ),
+    (("insufficient resources",), UnreachableError, "BMC has no free session slot (sessions leaked?)"),
+    (("cipher suite", "algorithm", "confidentiality"), RejectedError, "cipher suite refused by the BMC"),
+    (("md5 required",), RejectedError, "BMC offers only IPMI 1.5 (no RMCP+)"),
 ]
 
 _WAKEUP_FIX_INSTALLED = False
@@ -164,8 +165,8 @@ def classify_login_error(message: str, target: str) -> FenceError:
     """pyghmi login error text -> the matching :class:`FenceError`. Text not in the table is
     pyghmi giving up after its own retries met silence: :class:`DeviceTimeoutError`."""
     low = (message or "").lower()
-    for needle, cls, text in _LOGIN_ERRORS:
-        if needle in low:
+    for needles, cls, text in _LOGIN_ERRORS:
+        if any(needle in low for needle in needles):
             return cls(f"{text} [{message}]", target)
     return DeviceTimeoutError(
         "no answer from the BMC" + (f" [{message}]" if message and message != "None" else ""),

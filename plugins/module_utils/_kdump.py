@@ -39,7 +39,7 @@ DEFAULT_PORT = 7410
 #: The state a kdump fence proves (the node runs its crash kernel).
 KDUMP_STATE = "kdump"
 
-#: kdump listener options; documented 1:1 by ``doc_fragments/kdump.py`` (fence_kdump names).
+#: kdump listener options; documented 1:1 by ``doc_fragments/fence.py`` ``KDUMP`` (fence_kdump names).
 KDUMP_ARG_SPEC: dict[str, dict[str, Any]] = {
     "nodename": {"type": "list", "elements": "str", "required": True},
     "ipport": {"type": "int", "default": DEFAULT_PORT},

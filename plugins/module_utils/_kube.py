@@ -9,7 +9,7 @@ fallbacks, in-cluster configuration when nothing is given, one cached client per
 
 Interface used by the other modules (keep it stable):
 
-* :data:`KUBE_AUTH_ARGSPEC` -- argspec fragment; documented 1:1 by ``doc_fragments/kube_auth.py``.
+* :data:`KUBE_AUTH_ARGSPEC` -- argspec fragment; documented 1:1 by ``doc_fragments/kube.py`` ``DOCUMENTATION``.
 * :func:`get_api_client` -- ``params -> kubernetes.client.ApiClient`` (cached).
 * :class:`KubeError` -- the one error family, with ``reason`` in :data:`REASONS`.
 * :func:`classify` -- any exception raised while talking to the API -> :class:`KubeError`.
@@ -46,7 +46,7 @@ except ImportError:  # pragma: no cover - exercised only without the library
     SERVICE_TOKEN_FILENAME = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 
 #: The node a Kubernetes node module acts on (``node_drain``, ``node_taint``); documented 1:1 by
-#: ``doc_fragments/node.py``.
+#: ``doc_fragments/kube.py`` ``NODE``.
 NODE_ARGSPEC: dict[str, dict[str, Any]] = {"name": {"type": "str", "required": True, "aliases": ["node"]}}
 
 #: Authentication options shared by every module that talks to the Kubernetes API.

@@ -56,7 +56,7 @@ except ImportError:  # pragma: no cover - exercised only without the library
     SUSHY_LIBRARY = Library("sushy", traceback.format_exc())
     sushy = sushy_auth = sushy_exc = None  # type: ignore[assignment]
 
-#: Redfish connection options; documented 1:1 by ``doc_fragments/redfish.py``. Names are
+#: Redfish connection options; documented 1:1 by ``doc_fragments/fence.py`` ``REDFISH``. Names are
 #: fence_redfish's (``--ip``, ``--ipport``, ``--username``, ``--password``, ``--ssl-insecure``,
 #: ``--redfish-uri``, ``--systems-uri``, ``--plug``).
 REDFISH_ARG_SPEC: dict[str, dict[str, Any]] = {

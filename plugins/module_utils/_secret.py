@@ -25,7 +25,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import quote
 
-#: The fencing modules' ``credentials_secret`` option (doc fragment ``credentials_secret``).
+#: The fencing modules' ``credentials_secret`` option; documented 1:1 by ``doc_fragments/fence.py``
+#: ``DOCUMENTATION`` (with ``_fence.FENCE_ARG_SPEC``).
 CREDENTIALS_SECRET_ARGSPEC: dict[str, dict[str, Any]] = {
     "credentials_secret": {
         "type": "dict",

@@ -53,7 +53,7 @@ except ImportError:  # pragma: no cover - exercised only without the library
     PYSNMP_LIBRARY = Library("pysnmp", traceback.format_exc())
     hlapi = rfc1902 = rfc1905 = None  # type: ignore[assignment]
 
-#: SNMP connection options; documented 1:1 by ``doc_fragments/snmp.py``. Names are fence-agents'.
+#: SNMP connection options; documented 1:1 by ``doc_fragments/fence.py`` ``SNMP``. Names are fence-agents'.
 SNMP_ARG_SPEC: dict[str, dict[str, Any]] = {
     **login_arg_spec(161, ["NODEREMEDY_SNMP_USERNAME"], ["NODEREMEDY_SNMP_PASSWORD"]),
     "snmp_version": {"type": "str", "default": "2c", "choices": ["1", "2c", "3"]},

@@ -53,7 +53,7 @@ except ImportError:  # pragma: no cover - exercised only without the library
     PYVMOMI_LIBRARY = Library("pyvmomi", traceback.format_exc())
     Disconnect = SmartConnect = vim = vmodl = None  # type: ignore[assignment]
 
-#: vSphere connection options; documented 1:1 by ``doc_fragments/vmware.py`` (fence_vmware_soap names).
+#: vSphere connection options; documented 1:1 by ``doc_fragments/fence.py`` ``VMWARE`` (fence_vmware_soap names).
 VMWARE_ARG_SPEC: dict[str, dict[str, Any]] = {
     **login_arg_spec(
         443, ["NODEREMEDY_VMWARE_USERNAME", "VMWARE_USER"], ["NODEREMEDY_VMWARE_PASSWORD", "VMWARE_PASSWORD"]

@@ -22,19 +22,14 @@ description:
 author:
   - noderemedy developers (@noderemedy)
 extends_documentation_fragment:
-  - noderemedy.core.aws
+  - noderemedy.core.fence.aws
   - noderemedy.core.fence
-  - noderemedy.core.credentials_secret
   - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
-    support: full
     details: Reads the instance state, predicts the result, sends no stop or start.
   diff_mode:
-    support: full
     details: The power state before and after.
-  platform:
-    platforms: posix
 options:
   state:
     description:

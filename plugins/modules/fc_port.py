@@ -23,19 +23,14 @@ description:
 author:
   - noderemedy developers (@noderemedy)
 extends_documentation_fragment:
-  - noderemedy.core.snmp
+  - noderemedy.core.fence.snmp
   - noderemedy.core.fence
-  - noderemedy.core.credentials_secret
   - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
-    support: full
     details: Reads the ports, predicts the result, sends no SET.
   diff_mode:
-    support: full
     details: Each port's state before and after.
-  platform:
-    platforms: posix
 options:
   plug:
     description:

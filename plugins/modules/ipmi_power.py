@@ -20,19 +20,14 @@ description:
 author:
   - noderemedy developers (@noderemedy)
 extends_documentation_fragment:
-  - noderemedy.core.ipmi
+  - noderemedy.core.fence.ipmi
   - noderemedy.core.fence
-  - noderemedy.core.credentials_secret
   - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
-    support: full
     details: Logs in and reads the power state, predicts the result, sends no power command.
   diff_mode:
-    support: full
     details: The power state before and after.
-  platform:
-    platforms: posix
 options:
   state:
     description:

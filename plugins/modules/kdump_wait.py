@@ -21,7 +21,7 @@ description:
 author:
   - noderemedy developers (@noderemedy)
 extends_documentation_fragment:
-  - noderemedy.core.kdump
+  - noderemedy.core.fence.kdump
   - ansible.builtin.action_common_attributes
 attributes:
   check_mode:

@@ -24,8 +24,8 @@ description:
 author:
   - noderemedy developers (@noderemedy)
 extends_documentation_fragment:
-  - noderemedy.core.node
-  - noderemedy.core.kube_auth
+  - noderemedy.core.kube.node
+  - noderemedy.core.kube
   - ansible.builtin.action_common_attributes
 attributes:
   check_mode:

@@ -20,7 +20,7 @@ description:
 author:
   - noderemedy developers (@noderemedy)
 extends_documentation_fragment:
-  - noderemedy.core.kube_auth
+  - noderemedy.core.kube
   - ansible.builtin.action_common_attributes
 attributes:
   check_mode:

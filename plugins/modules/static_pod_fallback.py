@@ -31,7 +31,7 @@ extends_documentation_fragment:
   - noderemedy.core.static_pod
   - noderemedy.core.static_pod.probe
   - noderemedy.core.static_pod.storage_version
-  - noderemedy.core.kube_auth
+  - noderemedy.core.kube
 attributes:
   check_mode:
     support: full

@@ -24,7 +24,7 @@ author:
   - noderemedy developers (@noderemedy)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-  - noderemedy.core.kube_auth
+  - noderemedy.core.kube
 attributes:
   check_mode:
     support: full

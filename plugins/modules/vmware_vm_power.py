@@ -19,19 +19,14 @@ description:
 author:
   - noderemedy developers (@noderemedy)
 extends_documentation_fragment:
-  - noderemedy.core.vmware
+  - noderemedy.core.fence.vmware
   - noderemedy.core.fence
-  - noderemedy.core.credentials_secret
   - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
-    support: full
     details: Logs in and reads the power state, predicts the result, starts no task.
   diff_mode:
-    support: full
     details: The power state before and after.
-  platform:
-    platforms: posix
 options:
   state:
     description:

@@ -19,6 +19,7 @@ from ansible_collections.noderemedy.core.plugins.module_utils import (
     _kube,
     _pdu,
     _redfish,
+    _secret,
     _snmp,
     _vmware,
 )
@@ -243,10 +244,13 @@ def test_fc_driver_unknown_profile_names_the_field() -> None:
 
 
 def _fragment(name: str) -> dict:
-    path = ROOT / "plugins" / "doc_fragments" / f"{name}.py"
+    """The YAML of doc fragment ``name`` as modules name it: ``fence`` (``DOCUMENTATION``) or
+    ``fence.ipmi`` (attribute ``IPMI`` of ``doc_fragments/fence.py``)."""
+    file, attr = name.split(".", 1) if "." in name else (name, "documentation")
+    path = ROOT / "plugins" / "doc_fragments" / f"{file}.py"
     ns: dict = {}
     exec(compile(path.read_text(), str(path), "exec"), ns)  # our own file
-    return yaml.safe_load(ns["ModuleDocFragment"].DOCUMENTATION)["options"]
+    return yaml.safe_load(getattr(ns["ModuleDocFragment"], attr.upper()))
 
 
 def _module_doc(name: str) -> dict:
@@ -274,18 +278,19 @@ def _same(spec: dict, doc: dict, name: str) -> None:
 @pytest.mark.parametrize(
     ("fragment", "spec"),
     [
-        ("fence", _fence.FENCE_ARG_SPEC),
-        ("ipmi", _ipmi.IPMI_ARG_SPEC),
-        ("snmp", _snmp.SNMP_ARG_SPEC),
-        ("redfish", _redfish.REDFISH_ARG_SPEC),
-        ("aws", _aws.AWS_ARG_SPEC),
-        ("vmware", _vmware.VMWARE_ARG_SPEC),
-        ("kdump", _kdump.KDUMP_ARG_SPEC),
-        ("node", _kube.NODE_ARGSPEC),
+        ("fence", {**_fence.FENCE_ARG_SPEC, **_secret.CREDENTIALS_SECRET_ARGSPEC}),
+        ("fence.ipmi", _ipmi.IPMI_ARG_SPEC),
+        ("fence.snmp", _snmp.SNMP_ARG_SPEC),
+        ("fence.redfish", _redfish.REDFISH_ARG_SPEC),
+        ("fence.aws", _aws.AWS_ARG_SPEC),
+        ("fence.vmware", _vmware.VMWARE_ARG_SPEC),
+        ("fence.kdump", _kdump.KDUMP_ARG_SPEC),
+        ("kube", _kube.KUBE_AUTH_ARGSPEC),
+        ("kube.node", _kube.NODE_ARGSPEC),
     ],
 )
 def test_doc_fragment_is_one_to_one_with_its_argspec(fragment: str, spec: dict) -> None:
-    doc = _fragment(fragment)
+    doc = _fragment(fragment)["options"]
     assert sorted(doc) == sorted(spec)
     for name, opt in spec.items():
         _same(opt, doc[name], name)
@@ -312,12 +317,12 @@ def test_no_log_only_on_secrets(fragment: str, spec: dict) -> None:
 @pytest.mark.parametrize(
     ("module", "fragments", "extra"),
     [
-        ("ipmi_power", ["ipmi", "fence"], "ipmi_power"),
-        ("pdu_outlet", ["snmp", "fence"], "pdu_outlet"),
-        ("fc_port", ["snmp", "fence"], "fc_port"),
-        ("redfish_power", ["redfish", "fence", "credentials_secret"], "redfish_power"),
-        ("aws_instance_power", ["aws", "fence", "credentials_secret"], "aws_instance_power"),
-        ("vmware_vm_power", ["vmware", "fence", "credentials_secret"], "vmware_vm_power"),
+        ("ipmi_power", ["fence.ipmi", "fence"], "ipmi_power"),
+        ("pdu_outlet", ["fence.snmp", "fence"], "pdu_outlet"),
+        ("fc_port", ["fence.snmp", "fence"], "fc_port"),
+        ("redfish_power", ["fence.redfish", "fence"], "redfish_power"),
+        ("aws_instance_power", ["fence.aws", "fence"], "aws_instance_power"),
+        ("vmware_vm_power", ["fence.vmware", "fence"], "vmware_vm_power"),
     ],
 )
 def test_module_docs_match_argspec(module: str, fragments: list[str], extra: str) -> None:
@@ -330,7 +335,9 @@ def test_module_docs_match_argspec(module: str, fragments: list[str], extra: str
     for frag in fragments:
         assert f"noderemedy.core.{frag}" in doc["extends_documentation_fragment"]
     assert "ansible.builtin.action_common_attributes" in doc["extends_documentation_fragment"]
-    assert set(doc["attributes"]) >= {"check_mode", "diff_mode", "platform"}
+    # check mode, diff mode and the platform: the fence fragment's support, the module's details
+    attributes = {**_fragment("fence")["attributes"], **doc["attributes"]}
+    assert set(attributes) >= {"check_mode", "diff_mode", "platform"}
     assert sorted(doc["options"]) == sorted(mod.MODULE_ARG_SPEC)
     for name, opt in mod.MODULE_ARG_SPEC.items():
         _same(opt, doc["options"][name], name)

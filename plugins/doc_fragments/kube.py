@@ -1,7 +1,11 @@
 # Copyright: noderemedy developers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Documentation of the Kubernetes authentication options, 1:1 with
-``plugins/module_utils/_kube.py`` ``KUBE_AUTH_ARGSPEC``."""
+"""Documentation of the Kubernetes modules' options, each attribute 1:1 with its argspec in
+``plugins/module_utils/_kube.py``:
+
+* ``DOCUMENTATION`` (``noderemedy.core.kube``): the authentication options, ``KUBE_AUTH_ARGSPEC``;
+* ``NODE`` (``noderemedy.core.kube.node``): the node a node module acts on, ``NODE_ARGSPEC``.
+"""
 
 from __future__ import annotations
 
@@ -58,4 +62,14 @@ options:
 requirements:
   - python >= 3.11
   - kubernetes >= 37
+"""
+
+    NODE = r"""
+options:
+  name:
+    description:
+      - Name of the node.
+    type: str
+    required: true
+    aliases: [ node ]
 """
