@@ -226,7 +226,7 @@ def test_three_nodes_failing_at_once_share_each_run_and_each_ends_final_with_its
     assert max(sizes) == len(hung_nodes), sizes  # one ansible-playbook run served all three at once
     # their FC ports, on one switch, were disabled (isolation) and enabled (recovery) in one call each
     shared = [str(x["msg"]) for x in r.logged(r"^batch \S+: one fc call for the plugs of ")]
-    assert any(m.startswith("one fc call for the plugs of 3 hosts", m.index(": ") + 2) for m in shared), shared
+    assert any(": one fc call for the plugs of 3 hosts (" in m for m in shared), shared
     assert sum(sizes) == runs and len(sizes) < runs, (sizes, runs)
     print(
         f"\nFIGURE fan-out {len(hung_nodes)} hung nodes: all Final in {elapsed:.1f} s; fence_step.yml: "

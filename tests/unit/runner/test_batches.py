@@ -315,7 +315,9 @@ def test_a_batch_waiting_for_a_slot_takes_the_runs_asked_for_meanwhile(
         t.start()
         threads.append(t)
     wait_until(
-        lambda: "fence_step.yml" in ex._pending and len(ex._pending["fence_step.yml"].requests) == 3,
+        lambda: any(
+            b.playbook == "fence_step.yml" and len(b.requests) == 3 for b in list(ex._pending.values())
+        ),
         30,
         "3 runs in it",
     )
@@ -356,3 +358,37 @@ def test_old_batch_dirs_are_rotated(tmp_path: Path) -> None:
         os.utime(tmp_path / f"batch-{i}", (1000 + i, 1000 + i))
     rotate_batches(tmp_path, 2)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["batch-3", "batch-4"]
+
+
+def pdu_off(plug: str, address: str) -> list[dict[str, object]]:
+    """A run's ``methods``: one pdu ``off`` on ``plug`` of the PDU at ``address``."""
+    host, port = address.split(":")
+    return [
+        {"name": "pdu-off", "device_type": "pdu", "ipaddr": host, "ipport": int(port), "plug": plug,
+         "action": "off", "state": "off", "options": {}, "secret_name": "pdu", "template": f"t-{plug}"}
+    ]  # fmt: skip
+
+
+def test_runs_on_two_pdus_go_in_a_batch_per_pdu_each_with_its_plugs_for_one_call(
+    tmp_path: Path, playbooks: Path
+) -> None:
+    """Batches form per shared device (shared_devices.shared_key): two PDUs, two batches, each
+    given its hosts' plugs as the extra variable noderemedy_shared_device."""
+    ex = BatchingExecutor(tmp_path / "runs", playbooks, batch_window=2.0, batch_size=4, run_deadline=60)
+    out, _ = run_all(
+        ex,
+        {
+            "nf-a": step("nf-a-r0", "a", methods=pdu_off("1", "127.0.0.1:161")),
+            "nf-b": step("nf-b-r0", "b", methods=pdu_off("2", "127.0.0.1:161")),
+            "nf-c": step("nf-c-r0", "c", methods=pdu_off("1", "127.0.0.2:161")),
+            "nf-d": step("nf-d-r0", "d", methods=pdu_off("2", "127.0.0.2:161")),
+        },
+    )
+    assert all(o.succeeded for o in out.values()), out
+    assert ex.batches_started == 2 and ex.hosts_served == 4
+    shared = []
+    for command in (tmp_path / "runs" / "batches" / "fence_step").glob("*/artifacts/*/command"):
+        argv = json.loads(command.read_text())["command"]
+        shared.append(json.loads(argv[argv.index("-e") + 1])["noderemedy_shared_device"])
+    got = sorted((s["method"]["ipaddr"], s["hosts"], s["plugs"]) for s in shared)
+    assert got == [("127.0.0.1", ["nf-a", "nf-b"], ["1", "2"]), ("127.0.0.2", ["nf-c", "nf-d"], ["1", "2"])]
