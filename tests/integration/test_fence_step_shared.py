@@ -1,0 +1,164 @@
+"""The fence step playbook's one call for the hosts on a shared device, against the lab's snmpd FC
+switch (IF-MIB, ifOperStatus following ifAdminStatus) and the lab's API server (the switch's
+credentials Secret): ``playbooks/fence_step.yml`` run as the runner's batches run it, an inventory
+host per NodeFence and the extra variable ``noderemedy_shared_device``.
+
+- Three hosts on one switch: one ``fc_port`` call disables the three ports; every host takes its
+  own port's read-back, and its evidence names its own port only. Every port reads back down at
+  the switch (Net-SNMP ``snmpget``).
+- One host's port is one the switch does not have: the shared call fails (``not_found``), every
+  host runs its method on its own, the two others are fenced by their own calls and only that
+  host fails, with no evidence.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_fencing_fc import IF_ADMIN, snmpget
+from test_runner_e2e import FenceNamespace, fence_ns  # noqa: F401 - fixture used by name
+
+pytestmark = [pytest.mark.lab, pytest.mark.kube]
+
+ROOT = Path(__file__).resolve().parents[2]
+PLAYBOOK = ROOT / "playbooks" / "fence_step.yml"
+ROLE = "noderemedy.core.fence_step : "
+SWITCH_TASK = ROLE + "Switch the FC switch port (fc method)"
+EVIDENCE_TASK = ROLE + "Choose this run's evidence of a verified fence"
+
+
+def fc_method(lab: Any, plug: str, state: str) -> dict[str, Any]:
+    """A ``methods`` entry as the runner passes it (``FenceMethod.to_extravars``) for the lab's
+    snmpd FC switch, as ``FenceNamespace.fill`` templates it."""
+    fc = lab.info["devices"]["snmp"]["fc"]
+    return {
+        "name": f"fc-{state}", "module": "noderemedy.core.fc_port", "device_type": "fc", "model": "ifmib",
+        "profile": "ifmib", "address": f"{fc['host']}:{fc['port']}", "ipaddr": fc["host"], "ipport": fc["port"],
+        "plug": plug, "action": "off" if state == "disabled" else "on", "state": state,
+        "options": {"snmp_version": "2c"}, "template": "fence-method-template-fc", "secret_name": "fc-switch",
+    }  # fmt: skip
+
+
+def run_step(
+    lab: Any, ns: FenceNamespace, tmp_path: Path, plugs: dict[str, str], state: str, collections: Path
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """``fence_step.yml`` for one host per ``plugs`` entry (host -> port), as one batch whose hosts
+    share the switch. Returns play name -> task name -> host -> result (the last result of a task
+    name in that play)."""
+    hosts = {
+        host: {"node": f"node-{host}", "namespace": ns.name, "methods": [fc_method(lab, plug, state)]}
+        for host, plug in plugs.items()
+    }
+    inventory = tmp_path / f"inventory-{state}.json"
+    inventory.write_text(json.dumps({"all": {"hosts": hosts}}))
+    shared = {
+        "method": {
+            k: v for k, v in fc_method(lab, "", state).items() if k not in ("name", "plug", "template")
+        },
+        "hosts": sorted(plugs),
+        "plugs": [plugs[h] for h in sorted(plugs)],
+    }
+    bindir = Path(sys.executable).parent
+    env = dict(
+        os.environ,
+        ANSIBLE_COLLECTIONS_PATH=str(collections),
+        ANSIBLE_STDOUT_CALLBACK="nr_json",
+        ANSIBLE_CALLBACK_PLUGINS=str(ROOT / "tests" / "callback_plugins"),
+        ANSIBLE_PYTHON_INTERPRETER=sys.executable,
+        ANSIBLE_CONNECTION="local",
+        ANSIBLE_NOCOLOR="1",
+        K8S_AUTH_KUBECONFIG=str(lab.kubeconfig),
+        SNMP_PERSISTENT_DIR=lab.info["devices"]["snmp_persistent_dir"],
+        PATH=f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}",
+    )
+    extravars = {"noderemedy_hosts": "all", "noderemedy_shared_device": shared}
+    argv = [
+        str(bindir / "ansible-playbook"),
+        "-i",
+        str(inventory),
+        "-e",
+        json.dumps(extravars),
+        str(PLAYBOOK),
+    ]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300, check=False)
+    try:
+        doc = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        pytest.fail(f"ansible-playbook printed no JSON (rc {proc.returncode}):\n{proc.stderr[-3000:]}")
+    (tmp_path / f"run-{state}.json").write_text(proc.stdout)
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for play in doc["plays"]:
+        tasks = out.setdefault(play["play"]["name"], {})
+        for task in play["tasks"]:
+            tasks.setdefault(task["task"]["name"], {}).update(task["hosts"])
+    return out
+
+
+def evidence(results: dict[str, dict[str, dict[str, Any]]], host: str) -> dict[str, Any]:
+    """``host``'s ``fence_step_evidence`` fact from the step play's evidence task ({} if none)."""
+    step = results["Run one fence step of a NodeFence"]
+    res = step.get(EVIDENCE_TASK, {}).get(host)
+    return dict((res or {}).get("ansible_facts", {}).get("fence_step_evidence") or {})
+
+
+def test_hosts_on_one_switch_get_one_call_and_each_its_own_ports_evidence(
+    lab_kube: Any,
+    fence_ns: FenceNamespace,  # noqa: F811
+    tmp_path: Path,
+    collections_path: Path,
+) -> None:
+    fc = lab_kube.info["devices"]["snmp"]["fc"]
+    plugs = {"nf-a": "5", "nf-b": "6", "nf-c": "7"}
+    try:
+        res = run_step(lab_kube, fence_ns, tmp_path, plugs, "disabled", collections_path)
+        shared = res["Switch the plugs of the hosts that share a device in one call"][SWITCH_TASK]
+        assert len(shared) == 1, f"one call for the three hosts, got {sorted(shared)}"
+        call = next(iter(shared.values()))
+        assert not call.get("failed") and [p["plug"] for p in call["ports"]] == ["5", "6", "7"], call
+        step = res["Run one fence step of a NodeFence"]
+        assert SWITCH_TASK not in step, f"no host called the switch again: {step.get(SWITCH_TASK)}"
+        for host, plug in plugs.items():
+            ev = evidence(res, host)
+            assert ev.get("verified") is True and ev.get("plugs") == [plug], (host, ev)
+            assert ev.get("target") == f"{fc['host']}:{fc['port']}" and ev.get("state") == "disabled", (
+                host,
+                ev,
+            )
+        assert [snmpget(lab_kube, fc, f"{IF_ADMIN}.{p}") for p in plugs.values()] == ["2", "2", "2"]
+    finally:
+        back = run_step(lab_kube, fence_ns, tmp_path, plugs, "enabled", collections_path)
+        assert [snmpget(lab_kube, fc, f"{IF_ADMIN}.{p}") for p in plugs.values()] == ["1", "1", "1"], back
+    print(f"\nFIGURE shared FC call: 3 hosts, 1 fc_port call, evidence per host {[plugs[h] for h in plugs]}")
+
+
+def test_a_failed_shared_call_falls_back_to_a_call_per_host_and_fails_only_the_unknown_port(
+    lab_kube: Any,
+    fence_ns: FenceNamespace,  # noqa: F811
+    tmp_path: Path,
+    collections_path: Path,
+) -> None:
+    fc = lab_kube.info["devices"]["snmp"]["fc"]
+    plugs = {"nf-a": "5", "nf-b": "6", "nf-x": "fc9/9"}
+    try:
+        res = run_step(lab_kube, fence_ns, tmp_path, plugs, "disabled", collections_path)
+        shared = res["Switch the plugs of the hosts that share a device in one call"][SWITCH_TASK]
+        call = next(iter(shared.values()))
+        assert call.get("failed") and call.get("error") == "not_found", call
+        own = res["Run one fence step of a NodeFence"][SWITCH_TASK]
+        assert sorted(own) == ["nf-a", "nf-b", "nf-x"], f"each host called the switch itself: {sorted(own)}"
+        assert not own["nf-a"].get("failed") and not own["nf-b"].get("failed"), own
+        assert own["nf-x"].get("failed") and own["nf-x"].get("error") == "not_found", own["nf-x"]
+        for host in ("nf-a", "nf-b"):
+            ev = evidence(res, host)
+            assert ev.get("verified") is True and ev.get("plugs") == [plugs[host]], (host, ev)
+        assert evidence(res, "nf-x") == {}, "the failed host has no evidence"
+        assert [snmpget(lab_kube, fc, f"{IF_ADMIN}.{p}") for p in ("5", "6")] == ["2", "2"]
+    finally:
+        run_step(lab_kube, fence_ns, tmp_path, {"nf-a": "5", "nf-b": "6"}, "enabled", collections_path)
+        assert [snmpget(lab_kube, fc, f"{IF_ADMIN}.{p}") for p in ("5", "6")] == ["1", "1"]
