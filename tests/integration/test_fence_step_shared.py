@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -107,58 +108,70 @@ def evidence(results: dict[str, dict[str, dict[str, Any]]], host: str) -> dict[s
     return dict((res or {}).get("ansible_facts", {}).get("fence_step_evidence") or {})
 
 
-def test_hosts_on_one_switch_get_one_call_and_each_its_own_ports_evidence(
+class Switch:
+    """The lab's snmpd FC switch as the fence step sees it: :meth:`step` runs ``fence_step.yml``
+    for hosts -> ports; :meth:`admin` reads ports' ifAdminStatus (1 up, 2 down) with ``snmpget``."""
+
+    def __init__(self, lab: Any, ns: FenceNamespace, tmp_path: Path, collections: Path) -> None:
+        self.lab, self.ns, self.tmp_path, self.collections = lab, ns, tmp_path, collections
+        self.endpoint = lab.info["devices"]["snmp"]["fc"]
+
+    def step(self, plugs: dict[str, str], state: str) -> dict[str, dict[str, dict[str, Any]]]:
+        return run_step(self.lab, self.ns, self.tmp_path, plugs, state, self.collections)
+
+    def admin(self, ports: list[str]) -> list[str]:
+        return [snmpget(self.lab, self.endpoint, f"{IF_ADMIN}.{p}") for p in ports]
+
+
+PORTS = ["5", "6", "7"]
+
+
+@pytest.fixture
+def switch(
     lab_kube: Any,
     fence_ns: FenceNamespace,  # noqa: F811
     tmp_path: Path,
     collections_path: Path,
-) -> None:
-    fc = lab_kube.info["devices"]["snmp"]["fc"]
-    plugs = {"nf-a": "5", "nf-b": "6", "nf-c": "7"}
-    try:
-        res = run_step(lab_kube, fence_ns, tmp_path, plugs, "disabled", collections_path)
-        shared = res["Switch the plugs of the hosts that share a device in one call"][SWITCH_TASK]
-        assert len(shared) == 1, f"one call for the three hosts, got {sorted(shared)}"
-        call = next(iter(shared.values()))
-        assert not call.get("failed") and [p["plug"] for p in call["ports"]] == ["5", "6", "7"], call
-        step = res["Run one fence step of a NodeFence"]
-        assert SWITCH_TASK not in step, f"no host called the switch again: {step.get(SWITCH_TASK)}"
-        for host, plug in plugs.items():
-            ev = evidence(res, host)
-            assert ev.get("verified") is True and ev.get("plugs") == [plug], (host, ev)
-            assert ev.get("target") == f"{fc['host']}:{fc['port']}" and ev.get("state") == "disabled", (
-                host,
-                ev,
-            )
-        assert [snmpget(lab_kube, fc, f"{IF_ADMIN}.{p}") for p in plugs.values()] == ["2", "2", "2"]
-    finally:
-        back = run_step(lab_kube, fence_ns, tmp_path, plugs, "enabled", collections_path)
-        assert [snmpget(lab_kube, fc, f"{IF_ADMIN}.{p}") for p in plugs.values()] == ["1", "1", "1"], back
-    print(f"\nFIGURE shared FC call: 3 hosts, 1 fc_port call, evidence per host {[plugs[h] for h in plugs]}")
+) -> Iterator[Switch]:
+    """:class:`Switch`; afterwards ports 5 to 7 are enabled again, by the playbook, and read up."""
+    sw = Switch(lab_kube, fence_ns, tmp_path, collections_path)
+    yield sw
+    sw.step({f"nf-{p}": p for p in PORTS}, "enabled")
+    assert sw.admin(PORTS) == ["1", "1", "1"]
+
+
+def test_hosts_on_one_switch_get_one_call_and_each_its_own_ports_evidence(switch: Switch) -> None:
+    plugs = dict(zip(["nf-a", "nf-b", "nf-c"], PORTS, strict=True))
+    res = switch.step(plugs, "disabled")
+    shared = res["Switch the plugs of the hosts that share a device in one call"][SWITCH_TASK]
+    assert len(shared) == 1, f"one call for the three hosts, got {sorted(shared)}"
+    call = next(iter(shared.values()))
+    assert not call.get("failed") and [p["plug"] for p in call["ports"]] == PORTS, call
+    step = res["Run one fence step of a NodeFence"]
+    assert SWITCH_TASK not in step, f"no host called the switch again: {step.get(SWITCH_TASK)}"
+    target = f"{switch.endpoint['host']}:{switch.endpoint['port']}"
+    for host, plug in plugs.items():
+        ev = evidence(res, host)
+        assert ev.get("verified") is True and ev.get("plugs") == [plug], (host, ev)
+        assert ev.get("target") == target and ev.get("state") == "disabled", (host, ev)
+    assert switch.admin(PORTS) == ["2", "2", "2"]
+    print(f"\nFIGURE shared FC call: 3 hosts, 1 fc_port call, evidence per host {list(plugs.values())}")
 
 
 def test_a_failed_shared_call_falls_back_to_a_call_per_host_and_fails_only_the_unknown_port(
-    lab_kube: Any,
-    fence_ns: FenceNamespace,  # noqa: F811
-    tmp_path: Path,
-    collections_path: Path,
+    switch: Switch,
 ) -> None:
-    fc = lab_kube.info["devices"]["snmp"]["fc"]
     plugs = {"nf-a": "5", "nf-b": "6", "nf-x": "fc9/9"}
-    try:
-        res = run_step(lab_kube, fence_ns, tmp_path, plugs, "disabled", collections_path)
-        shared = res["Switch the plugs of the hosts that share a device in one call"][SWITCH_TASK]
-        call = next(iter(shared.values()))
-        assert call.get("failed") and call.get("error") == "not_found", call
-        own = res["Run one fence step of a NodeFence"][SWITCH_TASK]
-        assert sorted(own) == ["nf-a", "nf-b", "nf-x"], f"each host called the switch itself: {sorted(own)}"
-        assert not own["nf-a"].get("failed") and not own["nf-b"].get("failed"), own
-        assert own["nf-x"].get("failed") and own["nf-x"].get("error") == "not_found", own["nf-x"]
-        for host in ("nf-a", "nf-b"):
-            ev = evidence(res, host)
-            assert ev.get("verified") is True and ev.get("plugs") == [plugs[host]], (host, ev)
-        assert evidence(res, "nf-x") == {}, "the failed host has no evidence"
-        assert [snmpget(lab_kube, fc, f"{IF_ADMIN}.{p}") for p in ("5", "6")] == ["2", "2"]
-    finally:
-        run_step(lab_kube, fence_ns, tmp_path, {"nf-a": "5", "nf-b": "6"}, "enabled", collections_path)
-        assert [snmpget(lab_kube, fc, f"{IF_ADMIN}.{p}") for p in ("5", "6")] == ["1", "1"]
+    res = switch.step(plugs, "disabled")
+    shared = res["Switch the plugs of the hosts that share a device in one call"][SWITCH_TASK]
+    call = next(iter(shared.values()))
+    assert call.get("failed") and call.get("error") == "not_found", call
+    own = res["Run one fence step of a NodeFence"][SWITCH_TASK]
+    assert sorted(own) == ["nf-a", "nf-b", "nf-x"], f"each host called the switch itself: {sorted(own)}"
+    assert not own["nf-a"].get("failed") and not own["nf-b"].get("failed"), own
+    assert own["nf-x"].get("failed") and own["nf-x"].get("error") == "not_found", own["nf-x"]
+    for host in ("nf-a", "nf-b"):
+        ev = evidence(res, host)
+        assert ev.get("verified") is True and ev.get("plugs") == [plugs[host]], (host, ev)
+    assert evidence(res, "nf-x") == {}, "the failed host has no evidence"
+    assert switch.admin(["5", "6"]) == ["2", "2"]
