@@ -68,7 +68,9 @@ class ReleaseLedger:
         """Whether ``node``'s release of ``pods`` pods may happen at ``now`` (seconds); when it
         may, it is recorded at once (a release that then fails still counts: the safe side)."""
         with self._lock:
-            self._releases = [r for r in self._releases if now - self.window < r.at <= now]
+            # only the old ones go: a release stamped after this caller's ``now`` (another
+            # NodeFence's, asked a moment before with a later clock reading) still counts
+            self._releases = [r for r in self._releases if now - self.window < r.at]
             answer = admit(self._releases, node, pods, now, self.limit, self.window)
             if answer.allowed and not any(r.node == node for r in self._releases):
                 self._releases.append(Release(node, now, pods))

@@ -208,11 +208,14 @@ def admit(
 ) -> Admission:
     """Whether releasing ``pods`` pods of ``node`` at ``now`` keeps the pods released within the
     last ``window`` seconds at or below ``limit`` (module docs). ``limit`` 0: no limit.
-    ``releases``: the runner's earlier releases, any order (those outside the window are ignored).
+    ``releases``: the runner's earlier releases, any order (those older than the window are
+    ignored). A release stamped *after* ``now`` counts too: two NodeFences reconciled at once each
+    read the clock before asking, and the one that asks second may hold the earlier ``now``;
+    leaving the other's release out would let both through (the safe side is to count it).
     Raises ValueError for a negative ``limit``, ``pods`` or a ``window`` not above 0."""
     if limit < 0 or pods < 0 or window <= 0:
         raise ValueError(f"admit: limit {limit} and pods {pods} must be >= 0, window {window} > 0")
-    recent = sorted((r for r in releases if now - window < r.at <= now), key=lambda r: r.at)
+    recent = sorted((r for r in releases if now - window < r.at), key=lambda r: r.at)
     used = sum(r.pods for r in recent)
     if limit == 0 or any(r.node == node for r in recent) or not recent or used + pods <= limit:
         return Admission(True, used)

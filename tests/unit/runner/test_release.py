@@ -310,3 +310,17 @@ def test_a_storage_only_release_keeps_the_storage_fenced_until_the_kubelet_stopp
     assert (again.kind, again.reason) == ("wait", WAITING_FOR_KUBELET)  # said once
     stopped = written(decide(NAME, waiting, observe(**back, stale_on_node=()), CONFIG, POLICY))
     assert stopped.step == "Recovery" and stopped.current_run is not None  # the storage may come back
+
+
+def test_a_release_stamped_after_the_askers_clock_reading_still_counts() -> None:
+    """Two NodeFences reconciled at once each read the clock, then ask the ledger; the second to
+    ask may hold the earlier reading. The first one's release must still count against it (and
+    must not be pruned by it): both at once would pass the limit."""
+    t = 1000.0
+    late = admit([Release("a", t + 0.02, 2)], "b", 2, t, 3)
+    assert not late.allowed and late.used == 2 and late.retry_seconds == pytest.approx(60.02)
+    ledger = ReleaseLedger(3)
+    assert ledger.ask("a", 2, t + 0.02).allowed  # asked first, with the later clock reading
+    held = ledger.ask("b", 2, t)  # asked second, with the earlier one
+    assert not held.allowed and held.used == 2
+    assert ledger.ask("a", 2, t).allowed, "a's own release is still on record"
