@@ -458,8 +458,9 @@ class BatchingExecutor(Executor):
                 return True
             return False
 
+        hostvars = {r.host: r.extravars for r in live}
         extravars: dict[str, Any] = {HOSTS_VAR: "all"}
-        shared = shared_device(batch.playbook, {r.host: r.extravars for r in live})
+        shared = shared_device(batch.playbook, hostvars)
         if shared is not None:
             extravars[SHARED_VAR] = shared
             log.info(
@@ -471,7 +472,7 @@ class BatchingExecutor(Executor):
                 private,
                 batch.playbook,
                 ident,
-                {r.host: r.extravars for r in live},
+                hostvars,
                 extravars,
                 token,
                 canceled,

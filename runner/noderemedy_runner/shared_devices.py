@@ -33,6 +33,11 @@ SHARED_VAR = "noderemedy_shared_device"
 _PER_NODE_KEYS = frozenset({"name", "plug", "template"})
 
 
+def _device(method: Mapping[str, Any]) -> dict[str, Any]:
+    """A method's extravars less what differs between the nodes on one device."""
+    return {k: v for k, v in method.items() if k not in _PER_NODE_KEYS}
+
+
 def shared_key(playbook: str, extravars: Mapping[str, Any]) -> str:
     """The device a run's first method switches, as a string: ``""`` when the run cannot share
     a call (another playbook, no methods, a device type outside :data:`SHARED_DEVICE_TYPES`, no
@@ -71,9 +76,8 @@ def shared_device(playbook: str, by_host: Mapping[str, Mapping[str, Any]]) -> di
     key, hosts = max(sorted(groups.items()), key=lambda kv: len(kv[1]))
     if len(hosts) < 2:
         return None
-    first = by_host[hosts[0]]["methods"][0]
     return {
-        "method": {k: v for k, v in first.items() if k not in _PER_NODE_KEYS},
+        "method": _device(by_host[hosts[0]]["methods"][0]),
         "hosts": hosts,
         "plugs": [str(by_host[h]["methods"][0]["plug"]) for h in hosts],
     }
