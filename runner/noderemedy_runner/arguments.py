@@ -147,9 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=0.25,
         metavar="SECONDS",
-        help="runs of the same fence playbook asked for within this many seconds go as one "
-        'ansible-playbook run, one inventory host per node (fan-out; docs/runner.md "Batches"; '
-        "default %(default)s; 0: every run on its own)",
+        help="runs of the same fence playbook go as one ansible-playbook run, one inventory host "
+        "per node, until this many seconds pass without another (at most 8 times this from the "
+        'first; fan-out: docs/runner.md "Batches"; default %(default)s; 0: every run on its own)',
     )
     act.add_argument(
         "--batch-size",

@@ -3,8 +3,8 @@
 When a rack fails, tens of NodeFences ask for the same playbook (``fence_step.yml``: their
 PowerManagement step) within a second, and each run costs about 1.3 s of ``ansible-playbook``
 start-up (``bench/results/fencing.json``). :class:`BatchingExecutor` gathers the runs requested
-for one playbook within ``batch_window`` seconds, or while every slot is busy (at most
-``batch_size`` of them), into one
+for one playbook until ``batch_window`` seconds pass without another (:func:`gather_deadline`), or
+while every slot is busy (at most ``batch_size`` of them), into one
 ansible-runner run whose inventory has one host per custom resource: the host's variables are
 that resource's own extravars (references only, checked as :class:`~noderemedy_runner.machines.actions.Action`
 checks them: invariant 5), Ansible's forks are the batch's size and its strategy is ``free``, so
@@ -76,6 +76,9 @@ HOSTS_VAR = "noderemedy_hosts"
 DONE_FACT = "noderemedy_host_done"
 #: Default seconds a batch waits for more runs of its playbook before it starts.
 BATCH_WINDOW = 0.25
+#: A batch whose runs keep coming gathers them until a window passes with none, for at most this
+#: many windows from its first run (:func:`gather_deadline`).
+GATHER_WINDOWS = 8
 #: Default most hosts in one batch (and Ansible forks of its run).
 BATCH_SIZE = 20
 #: Seconds past the run deadline a canceled caller waits for its batch's processes to be gone.
@@ -115,6 +118,16 @@ def ends_host(event: Mapping[str, Any]) -> str | None:
         if isinstance(facts, Mapping) and facts.get(DONE_FACT) is True:
             return "done"
     return None
+
+
+def gather_deadline(first: float, last: float, window: float) -> float:
+    """When a batch whose first run joined at ``first`` and latest at ``last`` (monotonic seconds)
+    stops gathering: ``window`` seconds after its latest run, and no later than
+    :data:`GATHER_WINDOWS` windows after its first. When a rack fails, its nodes' NodeFences ask
+    for their runs over a second or two, a few at a time; a fixed window would cut them into many
+    small batches, each paying ``ansible-playbook``'s start-up, where gathering while they keep
+    coming makes a few large ones. A lone run still starts one window after it joined. Pure."""
+    return min(last + window, first + window * GATHER_WINDOWS)
 
 
 def host_stats(host: str, events: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -254,6 +267,9 @@ class _Batch:
     #: what the batch's runs have in common besides the playbook (``shared_devices.shared_key``)
     key: str = ""
     requests: list[_Request] = field(default_factory=list)
+    #: monotonic seconds its first and its latest run joined
+    first_join: float = field(default_factory=time.monotonic)
+    last_join: float = field(default_factory=time.monotonic)
     closed: bool = False
     full: threading.Event = field(default_factory=threading.Event)
     #: set once the batch holds its slot (its run may start), and once it is over
@@ -269,8 +285,9 @@ class BatchingExecutor(Executor):
     within ``batch_window`` seconds, go as one ansible-runner run (module docstring).
 
     Args (besides :class:`~noderemedy_runner.executor.Executor`'s):
-        batch_window: seconds the first run of a batch waits for others (> 0); a batch that is
-            full (``batch_size`` hosts) starts at once.
+        batch_window: seconds a batch waits for more runs after its latest one (> 0), for at
+            most :data:`GATHER_WINDOWS` windows (:func:`gather_deadline`); a batch that is full
+            (``batch_size`` hosts) starts at once.
         batch_size: most hosts in one run, and its Ansible forks (>= 1). A batch takes one of
             the ``max_concurrent_runs`` slots: at most ``max_concurrent_runs * batch_size``
             hosts run at once.
@@ -344,6 +361,7 @@ class BatchingExecutor(Executor):
                 self._pending[key] = batch
             assert batch is not None
             batch.requests.append(req)
+            batch.last_join = time.monotonic()
             req.batch = batch
             if len(batch.requests) >= self.batch_size:
                 batch.closed = True
@@ -354,7 +372,11 @@ class BatchingExecutor(Executor):
             threading.Thread(target=self._lead, args=(batch,), name=f"batch-{playbook}", daemon=True).start()
 
     def _lead(self, batch: _Batch) -> None:
-        batch.full.wait(self.batch_window)
+        """Gather runs into ``batch`` until :func:`gather_deadline` or it is full, then run it."""
+        while True:
+            left = gather_deadline(batch.first_join, batch.last_join, self.batch_window) - time.monotonic()
+            if left <= 0 or batch.full.wait(left):
+                break
         self._run_batch(batch)
 
     def _close(self, batch: _Batch) -> None:

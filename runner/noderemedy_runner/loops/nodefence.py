@@ -108,6 +108,11 @@ from noderemedy_runner.outcomes import RunOutcome, fence_reading
 
 log = logging.getLogger(__name__)
 
+#: Added to the run priority of a NodeFence whose node carries the out-of-service taint (released;
+#: the run brings the node back). Free slots go lowest priority first (executor.Slots), so when
+#: many nodes fail at once the runs that lead to a release, which StatefulSet pods wait on, go
+#: before the runs after one. Below the fence device check's, which stays last.
+AFTER_RELEASE_PRIORITY = 1_000
 #: Condition reason when the fence configuration cannot be used.
 FENCE_CONFIG_INVALID = "FenceConfigInvalid"
 #: Condition reason when the remedy chain annotation cannot be read.
@@ -382,7 +387,7 @@ class NodeFenceReconciler(NodeFenceCleanup):
                 if isinstance(executor, str):
                     self._config_error(obj, EXECUTOR_UNAVAILABLE, executor)
                     return ERROR_REQUEUE_SECONDS
-                if not self._run_fence(obj, node, action, held, cancel, executor):
+                if not self._run_fence(obj, node, action, held, cancel, executor, released=taint):
                     return None if cancel.is_set() else ERROR_REQUEUE_SECONDS
                 continue
             if action.kind in ("taint_out_of_service", "untaint_out_of_service"):
@@ -465,10 +470,13 @@ class NodeFenceReconciler(NodeFenceCleanup):
         held: InMemory,
         cancel: threading.Event,
         executor: Executor,
+        released: bool = False,
     ) -> bool:
         """Run a ``run_step``/``verify_fence`` action and keep its result and reading in ``held``.
         False when the run was canceled (the runner is stopping, or the NodeFence went away): no
-        result is kept, and the caller stops instead of asking for the same run again."""
+        result is kept, and the caller stops instead of asking for the same run again.
+        ``released``: the node carries the out-of-service taint, so the run queues after those
+        that lead to a release (:data:`AFTER_RELEASE_PRIORITY`)."""
         name = str(meta_of(obj).get("name"))
         ident = action.ident or f"{name}-verify-{int(self.clock() * 1000)}"
         playbook = action.playbook or ""
@@ -482,9 +490,11 @@ class NodeFenceReconciler(NodeFenceCleanup):
             ident=ident,
             extra_extravars=extra,
             cancel=cancel,
-            # earlier tries of this NodeFence: a first fence runs before other fences' retries
+            # earlier tries of this NodeFence: a first fence runs before other fences' retries, and
+            # every run before a release before those after one
             priority=NodeFenceStatus.from_dict(obj.get("status")).restarts
-            + int(action.extravars.get("attempt") or 0),
+            + int(action.extravars.get("attempt") or 0)
+            + (AFTER_RELEASE_PRIORITY if released else 0),
         )
         self.observer.run_finished(self.kind, name, playbook, outcome.status, outcome.seconds)
         if outcome.status == "canceled":

@@ -17,8 +17,10 @@ import pytest
 
 from noderemedy_runner.batches import (
     DONE_FACT,
+    GATHER_WINDOWS,
     BatchingExecutor,
     ends_host,
+    gather_deadline,
     host_name,
     host_outcome,
     host_stats,
@@ -66,6 +68,16 @@ def test_a_host_ends_at_its_done_fact_its_failure_or_unreachable_not_an_ignored_
     assert ends_host(ev("runner_on_unreachable", "a", res={})) == "unreachable"
     assert ends_host(ev("runner_on_ok", "a", res={"changed": True})) is None
     assert ends_host({"event": "playbook_on_stats", "event_data": {}}) is None
+
+
+def test_a_batch_gathers_while_runs_keep_coming_and_no_longer_than_its_cap() -> None:
+    """A lone run starts one window after it joined; runs joining a window apart or closer keep
+    the batch open (a rack's NodeFences ask over a second or two); never past the cap."""
+    assert gather_deadline(10.0, 10.0, 0.25) == 10.25
+    assert gather_deadline(10.0, 10.6, 0.25) == 10.85  # the latest joined 0.6 s after the first
+    cap = 10.0 + 0.25 * GATHER_WINDOWS
+    assert gather_deadline(10.0, cap, 0.25) == cap  # still coming at the cap: the batch goes
+    assert GATHER_WINDOWS > 1
 
 
 def test_host_stats_count_only_that_hosts_events() -> None:

@@ -24,7 +24,7 @@ from noderemedy_runner.kube.events import reference
 from noderemedy_runner.kube.resources import NODEFENCE
 from noderemedy_runner.loops.detector import Detector
 from noderemedy_runner.loops.memory import ERROR_REQUEUE_SECONDS
-from noderemedy_runner.loops.nodefence import NodeFenceReconciler
+from noderemedy_runner.loops.nodefence import AFTER_RELEASE_PRIORITY, NodeFenceReconciler
 from noderemedy_runner.machines import actions as act
 from noderemedy_runner.machines.detection import Assessment, NodeCondition, NodeInfo
 from noderemedy_runner.machines.nodefence import NodeFencePolicy
@@ -245,9 +245,11 @@ class FakeExecutor:
         self.outcomes = list(outcomes)
         self.runs: list[str] = []
         self.extra: list[dict[str, Any]] = []
+        self.priorities: list[int] = []
 
     def run(self, action: act.Action, **kw: Any) -> RunOutcome:
         self.runs.append(str(kw.get("ident")))
+        self.priorities.append(int(kw.get("priority") or 0))
         self.extra.append(dict(kw.get("extra_extravars") or {}))
         out = self.outcomes.pop(0) if len(self.outcomes) > 1 else self.outcomes[0]
         return RunOutcome(
@@ -288,6 +290,21 @@ def test_a_canceled_run_is_not_asked_for_again_and_again() -> None:
     ex = FakeExecutor(RunOutcome("x", "canceled", None))
     delay = reconciler(kube, ex).reconcile("nf", threading.Event())
     assert delay == ERROR_REQUEUE_SECONDS and ex.runs == ["nf-r0-isolation-a0"]
+
+
+@pytest.mark.parametrize("tainted", [False, True])
+def test_a_run_after_the_nodes_release_queues_behind_the_runs_that_lead_to_one(tainted: bool) -> None:
+    """The executor hands free slots lowest priority first: a NodeFence's run on a node that
+    already carries the out-of-service taint (its workloads are out) asks with
+    AFTER_RELEASE_PRIORITY added, one on a node not yet released with its tries only."""
+    kube = FakeKube()
+    if tainted:
+        kube.node["spec"] = {
+            "taints": [{"key": act.OUT_OF_SERVICE_TAINT_KEY, "value": "nodeshutdown", "effect": "NoExecute"}]
+        }
+    ex = FakeExecutor(RunOutcome("x", "canceled", None))
+    reconciler(kube, ex).reconcile("nf", threading.Event())
+    assert ex.priorities == [AFTER_RELEASE_PRIORITY if tainted else 0], ex.runs
 
 
 def test_a_refused_release_is_an_event_on_the_nodefence_and_the_node() -> None:
