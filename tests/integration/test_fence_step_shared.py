@@ -47,11 +47,18 @@ def fc_method(lab: Any, plug: str, state: str) -> dict[str, Any]:
 
 
 def run_step(
-    lab: Any, ns: FenceNamespace, tmp_path: Path, plugs: dict[str, str], state: str, collections: Path
+    lab: Any,
+    ns: FenceNamespace,
+    tmp_path: Path,
+    plugs: dict[str, str],
+    state: str,
+    collections: Path,
+    shared_hosts: list[str] | None = None,
 ) -> dict[str, dict[str, dict[str, Any]]]:
     """``fence_step.yml`` for one host per ``plugs`` entry (host -> port), as one batch whose hosts
-    share the switch. Returns play name -> task name -> host -> result (the last result of a task
-    name in that play)."""
+    (``shared_hosts``: all of them by default) share the switch. Returns play name -> task name ->
+    host -> result (the last result of a task name in that play)."""
+    on_device = sorted(plugs) if shared_hosts is None else sorted(shared_hosts)
     hosts = {
         host: {"node": f"node-{host}", "namespace": ns.name, "methods": [fc_method(lab, plug, state)]}
         for host, plug in plugs.items()
@@ -62,8 +69,8 @@ def run_step(
         "method": {
             k: v for k, v in fc_method(lab, "", state).items() if k not in ("name", "plug", "template")
         },
-        "hosts": sorted(plugs),
-        "plugs": [plugs[h] for h in sorted(plugs)],
+        "hosts": on_device,
+        "plugs": [plugs[h] for h in on_device],
     }
     bindir = Path(sys.executable).parent
     env = dict(
@@ -116,8 +123,10 @@ class Switch:
         self.lab, self.ns, self.tmp_path, self.collections = lab, ns, tmp_path, collections
         self.endpoint = lab.info["devices"]["snmp"]["fc"]
 
-    def step(self, plugs: dict[str, str], state: str) -> dict[str, dict[str, dict[str, Any]]]:
-        return run_step(self.lab, self.ns, self.tmp_path, plugs, state, self.collections)
+    def step(
+        self, plugs: dict[str, str], state: str, shared_hosts: list[str] | None = None
+    ) -> dict[str, dict[str, dict[str, Any]]]:
+        return run_step(self.lab, self.ns, self.tmp_path, plugs, state, self.collections, shared_hosts)
 
     def admin(self, ports: list[str]) -> list[str]:
         return [snmpget(self.lab, self.endpoint, f"{IF_ADMIN}.{p}") for p in ports]
@@ -175,3 +184,19 @@ def test_a_failed_shared_call_falls_back_to_a_call_per_host_and_fails_only_the_u
         assert ev.get("verified") is True and ev.get("plugs") == [plugs[host]], (host, ev)
     assert evidence(res, "nf-x") == {}, "the failed host has no evidence"
     assert switch.admin(["5", "6"]) == ["2", "2"]
+
+
+def test_a_host_the_shared_call_was_not_for_runs_its_own_call(switch: Switch) -> None:
+    """The call's result is kept on every host of the play (one run_once fact); a host that is not
+    one of the device's hosts never takes a read-back from it, even of a port it also names."""
+    plugs = {"nf-a": "5", "nf-b": "6", "nf-c": "7"}
+    res = switch.step(plugs, "disabled", shared_hosts=["nf-a", "nf-b"])
+    shared = res["Switch the plugs of the hosts that share a device in one call"][SWITCH_TASK]
+    call = next(iter(shared.values()))
+    assert len(shared) == 1 and [p["plug"] for p in call["ports"]] == ["5", "6"], call
+    own = res["Run one fence step of a NodeFence"][SWITCH_TASK]
+    assert sorted(own) == ["nf-c"], f"only nf-c called the switch itself: {sorted(own)}"
+    for host, plug in plugs.items():
+        ev = evidence(res, host)
+        assert ev.get("verified") is True and ev.get("plugs") == [plug], (host, ev)
+    assert switch.admin(PORTS) == ["2", "2", "2"]
