@@ -24,35 +24,16 @@ connection -> ``unreachable``; any other EC2 error -> ``rejected``.
 from __future__ import annotations
 
 import re
-import traceback
 from typing import Any
 
 from ansible.module_utils.basic import env_fallback
 
-from ansible_collections.noderemedy.core.plugins.module_utils._fence import (
-    OFF,
-    ON,
-    AuthError,
-    FenceConfigError,
-    FenceDriver,
-    FenceError,
-    Library,
-    NotFoundError,
-    PrivilegeError,
-    RejectedError,
-    UnreachableError,
-    close_quietly,
-)
+from ansible_collections.noderemedy.core.plugins.module_utils import _fence
 
-try:
+with _fence.Library("boto3") as BOTO3_LIBRARY:
     import boto3
     from botocore import exceptions as botocore_exc
     from botocore.config import Config as BotoConfig
-
-    BOTO3_LIBRARY = Library("boto3")
-except ImportError:  # pragma: no cover - exercised only without the library
-    BOTO3_LIBRARY = Library("boto3", traceback.format_exc())
-    boto3 = botocore_exc = BotoConfig = None  # type: ignore[assignment]
 
 #: EC2 connection options; documented 1:1 by ``doc_fragments/fence.py`` ``AWS``. Names are fence_aws's
 #: (``--region``, ``--access-key``, ``--secret-key``, ``--plug``) plus ``endpoint_url``.
@@ -78,8 +59,8 @@ AWS_ARG_SPEC: dict[str, dict[str, Any]] = {
 
 #: EC2 ``InstanceState.Name`` -> the driver's state.
 INSTANCE_STATES = {
-    "running": ON,
-    "stopped": OFF,
+    "running": _fence.ON,
+    "stopped": _fence.OFF,
     "stopping": "powering_off",
     "pending": "powering_on",
     "shutting-down": "terminated",
@@ -109,7 +90,7 @@ def instance_from_provider_id(provider_id: str) -> tuple[str, str]:
     """
     m = _PROVIDER_ID_RE.match(provider_id or "")
     if not m:
-        raise FenceConfigError(f"provider_id: {provider_id!r} is not aws:///<zone>/<instance-id>")
+        raise _fence.FenceConfigError(f"provider_id: {provider_id!r} is not aws:///<zone>/<instance-id>")
     return m.group("zone") or "", m.group("id")
 
 
@@ -134,10 +115,10 @@ def provider_id_of_node(name: str, kubeconfig: Any = None, context: str | None =
         client = get_api_client(kube_auth_from_env(kubeconfig, context))
         node = request(client, "GET", f"/api/v1/nodes/{quote(name, safe='')}") or {}
     except KubeError as exc:
-        raise FenceConfigError(f"node: cannot read Node {name!r}: {exc.message}") from None
+        raise _fence.FenceConfigError(f"node: cannot read Node {name!r}: {exc.message}") from None
     provider_id = (node.get("spec") or {}).get("providerID")
     if not provider_id:
-        raise FenceConfigError(f"node: Node {name!r} has no spec.providerID")
+        raise _fence.FenceConfigError(f"node: Node {name!r} has no spec.providerID")
     return str(provider_id)
 
 
@@ -146,7 +127,7 @@ def region_of_zone(zone: str) -> str:
     return re.sub(r"[a-z]$", "", zone) if zone else ""
 
 
-class AwsInstanceDriver(FenceDriver):
+class AwsInstanceDriver(_fence.FenceDriver):
     """Power of one EC2 instance (the single plug: its instance id).
 
     Args:
@@ -173,13 +154,13 @@ class AwsInstanceDriver(FenceDriver):
         **timing: Any,
     ) -> None:
         if not instance_id or not _INSTANCE_ID_RE.match(instance_id):
-            raise FenceConfigError(f"plug: {instance_id!r} is not an EC2 instance id (i-...)")
+            raise _fence.FenceConfigError(f"plug: {instance_id!r} is not an EC2 instance id (i-...)")
         if not region:
-            raise FenceConfigError("region: required (option, AWS_REGION, or the zone of provider_id)")
+            raise _fence.FenceConfigError("region: required (option, AWS_REGION, or the zone of provider_id)")
         if bool(access_key) != bool(secret_key):
-            raise FenceConfigError("access_key, secret_key: give both or neither")
+            raise _fence.FenceConfigError("access_key, secret_key: give both or neither")
         if endpoint_url is not None and not re.match(r"^https?://[^/\s]+/?$", endpoint_url):
-            raise FenceConfigError(f"endpoint_url: {endpoint_url!r} is not http(s)://host[:port]")
+            raise _fence.FenceConfigError(f"endpoint_url: {endpoint_url!r} is not http(s)://host[:port]")
         target = (endpoint_url or f"https://ec2.{region}.amazonaws.com").split("://", 1)[1].rstrip("/")
         super().__init__(target if ":" in target else f"{target}:443", [instance_id], **timing)
         self.instance_id = instance_id
@@ -189,23 +170,23 @@ class AwsInstanceDriver(FenceDriver):
         self._secret_key = secret_key
         self._ec2: Any = None
 
-    def _classify(self, exc: Exception, doing: str) -> FenceError:
+    def _classify(self, exc: Exception, doing: str) -> _fence.FenceError:
         if isinstance(exc, botocore_exc.ClientError):
             err = exc.response.get("Error", {})
             code, message = err.get("Code", ""), err.get("Message", "")
             text = f"{doing}: {code}: {message}"
             if code in _AUTH_CODES:
-                return AuthError(f"{text} (wrong access key or secret key)", self.target)
+                return _fence.AuthError(f"{text} (wrong access key or secret key)", self.target)
             if code in _PRIVILEGE_CODES:
-                return PrivilegeError(text, self.target)
+                return _fence.PrivilegeError(text, self.target)
             if code.startswith("InvalidInstanceID"):
-                return NotFoundError(text, self.target)
-            return RejectedError(text, self.target)
+                return _fence.NotFoundError(text, self.target)
+            return _fence.RejectedError(text, self.target)
         if isinstance(exc, botocore_exc.NoCredentialsError):
-            return FenceConfigError("access_key, secret_key: no AWS credentials found")
+            return _fence.FenceConfigError("access_key, secret_key: no AWS credentials found")
         if isinstance(exc, (botocore_exc.BotoCoreError, OSError)):
-            return UnreachableError(f"{doing}: cannot reach EC2 ({type(exc).__name__})", self.target)
-        return RejectedError(f"{doing}: {exc}", self.target)
+            return _fence.UnreachableError(f"{doing}: cannot reach EC2 ({type(exc).__name__})", self.target)
+        return _fence.RejectedError(f"{doing}: {exc}", self.target)
 
     def open(self) -> None:
         """Create the EC2 client (no request yet)."""
@@ -225,12 +206,12 @@ class AwsInstanceDriver(FenceDriver):
                 config=config,
             )
         except botocore_exc.BotoCoreError as exc:
-            raise FenceConfigError(f"region: {exc}") from None
+            raise _fence.FenceConfigError(f"region: {exc}") from None
 
     def close(self) -> None:
         """Close the client's connection pool."""
         client, self._ec2 = self._ec2, None
-        close_quietly(client, lambda c: c.close())
+        _fence.close_quietly(client, lambda c: c.close())
 
     def get_state(self, plug: str) -> str:
         """``DescribeInstances``: ``on``, ``off``, ``powering_off``, ``powering_on``, ``terminated``."""
@@ -240,15 +221,15 @@ class AwsInstanceDriver(FenceDriver):
             raise self._classify(exc, "DescribeInstances") from None
         found = [i for r in out.get("Reservations", []) for i in r.get("Instances", [])]
         if not found:
-            raise NotFoundError(f"no instance {self.instance_id} in {self.region}", self.target)
+            raise _fence.NotFoundError(f"no instance {self.instance_id} in {self.region}", self.target)
         return INSTANCE_STATES.get(found[0]["State"]["Name"], "unknown")
 
     def set_state(self, plug: str, state: str) -> None:
         """``StopInstances`` with ``Force=True`` (off) or ``StartInstances`` (on)."""
         try:
-            if state == OFF:
+            if state == _fence.OFF:
                 self._ec2.stop_instances(InstanceIds=[self.instance_id], Force=True)
             else:
                 self._ec2.start_instances(InstanceIds=[self.instance_id])
         except Exception as exc:  # noqa: BLE001 - classified
-            raise self._classify(exc, "StopInstances" if state == OFF else "StartInstances") from None
+            raise self._classify(exc, "StopInstances" if state == _fence.OFF else "StartInstances") from None

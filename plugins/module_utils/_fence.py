@@ -32,7 +32,8 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from types import TracebackType
+from typing import Any
 
 from ansible.module_utils.basic import env_fallback
 
@@ -58,14 +59,40 @@ FENCE_ARG_SPEC: dict[str, dict[str, Any]] = {
 }
 
 
-class Library(NamedTuple):
-    """A Python library a fencing driver needs, as its module imported it (the ``try: import``
-    of Ansible's module guidelines): ``name`` (what ``missing_required_lib`` names) and
+class Library:
+    """A Python library a fencing driver needs (the ``try: import`` of Ansible's module
+    guidelines, in one place): ``name`` (what ``missing_required_lib`` names) and
     ``import_error``, the traceback of the failed import (None when it imported).
-    ``_fence_module.fencing_module`` fails the module when it is absent."""
+    ``_fence_module.fencing_module`` fails the module when it is absent.
 
-    name: str
-    import_error: str | None = None
+    The driver's imports go in a ``with`` block, which swallows their ``ImportError`` and keeps its
+    traceback (any other error propagates)::
+
+        with _fence.Library("sushy") as SUSHY_LIBRARY:
+            import sushy
+
+    When the import failed, the names the block would have bound stay unbound: a driver uses
+    them only after :meth:`require` (or behind :attr:`present`).
+    """
+
+    def __init__(self, name: str, import_error: str | None = None) -> None:
+        self.name = name
+        self.import_error = import_error
+
+    def __repr__(self) -> str:
+        return f"Library({self.name!r}, present={self.present})"
+
+    def __enter__(self) -> Library:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
+        """Keep the traceback of an ``ImportError`` (True: swallowed); any other error goes on."""
+        if kind is None or not issubclass(kind, ImportError):
+            return False
+        self.import_error = "".join(traceback.format_exception(kind, exc, tb))
+        return True
 
     @property
     def present(self) -> bool:

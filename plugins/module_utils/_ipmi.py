@@ -31,38 +31,17 @@ from __future__ import annotations
 import socket
 import threading
 import time
-import traceback
 from typing import Any
 
-from ansible_collections.noderemedy.core.plugins.module_utils._fence import (
-    OFF,
-    ON,
-    AuthError,
-    DeviceTimeoutError,
-    FenceConfigError,
-    FenceDriver,
-    FenceError,
-    Library,
-    PrivilegeError,
-    RejectedError,
-    UnreachableError,
-    check_address,
-    close_quietly,
-    login_arg_spec,
-)
+from ansible_collections.noderemedy.core.plugins.module_utils import _fence
 
-try:
+with _fence.Library("pyghmi") as PYGHMI_LIBRARY:
     from pyghmi import exceptions as pyghmi_exc
     from pyghmi.ipmi.private import session as pyghmi_session
 
-    PYGHMI_LIBRARY = Library("pyghmi")
-except ImportError:  # pragma: no cover - exercised only without the library
-    PYGHMI_LIBRARY = Library("pyghmi", traceback.format_exc())
-    pyghmi_exc = pyghmi_session = None  # type: ignore[assignment]
-
 #: IPMI connection options; documented 1:1 by ``doc_fragments/fence.py`` ``IPMI``. Names are fence_ipmilan's.
 IPMI_ARG_SPEC: dict[str, dict[str, Any]] = {
-    **login_arg_spec(
+    **_fence.login_arg_spec(
         623, ["NODEREMEDY_IPMI_USERNAME", "IPMI_USERNAME"], ["NODEREMEDY_IPMI_PASSWORD", "IPMI_PASSWORD"]
     ),
     "cipher": {"type": "int", "default": 3},
@@ -80,7 +59,7 @@ PRIVILEGE_LEVELS = {"callback": 1, "user": 2, "operator": 3, "administrator": 4}
 CIPHER_SUITES = {3: 1, 17: 256}
 
 #: Chassis Control data byte (IPMI v2.0 section 28.3).
-CHASSIS_CONTROL = {OFF: 0, ON: 1, "cycle": 2}
+CHASSIS_CONTROL = {_fence.OFF: 0, _fence.ON: 1, "cycle": 2}
 
 #: Seconds to wait for the answer to a Chassis Control before pyghmi sends it again (at most
 #: ``power_timeout``). pyghmi's own first wait is 0.5-1 s, and a BMC carries out every copy it
@@ -96,19 +75,23 @@ _CC_PRIVILEGE = 0xD4
 
 #: pyghmi login error text -> error class and message (pyghmi ``constants.rmcp_codes`` and
 #: session.py): the first entry with one of its texts in the error's text wins.
-_LOGIN_ERRORS: list[tuple[tuple[str, ...], type[FenceError], str]] = [
-    (("incorrect password",), AuthError, "authentication refused (password does not match)"),
-    (("unauthorized name",), AuthError, "authentication refused (unknown user name)"),
-    (("integrity code",), AuthError, "authentication refused (wrong Kg key)"),
-    (("invalid integrity check",), AuthError, "authentication refused (integrity check failed)"),
+_LOGIN_ERRORS: list[tuple[tuple[str, ...], type[_fence.FenceError], str]] = [
+    (("incorrect password",), _fence.AuthError, "authentication refused (password does not match)"),
+    (("unauthorized name",), _fence.AuthError, "authentication refused (unknown user name)"),
+    (("integrity code",), _fence.AuthError, "authentication refused (wrong Kg key)"),
+    (("invalid integrity check",), _fence.AuthError, "authentication refused (integrity check failed)"),
     (
         ("privilege level", "invalid role", "privelege level"),
-        PrivilegeError,
+        _fence.PrivilegeError,
         "privilege level refused for this user",
     ),
-    (("insufficient resources",), UnreachableError, "BMC has no free session slot (sessions leaked?)"),
-    (("cipher suite", "algorithm", "confidentiality"), RejectedError, "cipher suite refused by the BMC"),
-    (("md5 required",), RejectedError, "BMC offers only IPMI 1.5 (no RMCP+)"),
+    (("insufficient resources",), _fence.UnreachableError, "BMC has no free session slot (sessions leaked?)"),
+    (
+        ("cipher suite", "algorithm", "confidentiality"),
+        _fence.RejectedError,
+        "cipher suite refused by the BMC",
+    ),
+    (("md5 required",), _fence.RejectedError, "BMC offers only IPMI 1.5 (no RMCP+)"),
 ]
 
 _WAKEUP_FIX_INSTALLED = False
@@ -161,14 +144,14 @@ def _session_class(cipher: int) -> type:
 _SESSION_CLASSES: dict[int, type] = {}
 
 
-def classify_login_error(message: str, target: str) -> FenceError:
+def classify_login_error(message: str, target: str) -> _fence.FenceError:
     """pyghmi login error text -> the matching :class:`FenceError`. Text not in the table is
     pyghmi giving up after its own retries met silence: :class:`DeviceTimeoutError`."""
     low = (message or "").lower()
     for needles, cls, text in _LOGIN_ERRORS:
         if any(needle in low for needle in needles):
             return cls(f"{text} [{message}]", target)
-    return DeviceTimeoutError(
+    return _fence.DeviceTimeoutError(
         "no answer from the BMC" + (f" [{message}]" if message and message != "None" else ""),
         target,
     )
@@ -202,7 +185,7 @@ def port_refused(host: str, port: int, wait: float = 0.3) -> bool:
     return False
 
 
-class IpmiDriver(FenceDriver):
+class IpmiDriver(_fence.FenceDriver):
     """Chassis power over RMCP+ with pyghmi; the single plug is ``chassis``.
 
     Args:
@@ -228,21 +211,25 @@ class IpmiDriver(FenceDriver):
         privlvl: str = "administrator",
         **fence: Any,
     ) -> None:
-        check_address(ipaddr, ipport, "the BMC", "UDP port")
+        _fence.check_address(ipaddr, ipport, "the BMC", "UDP port")
         if not username:
-            raise FenceConfigError("username: required (IPMI sessions without a user name are refused)")
+            raise _fence.FenceConfigError(
+                "username: required (IPMI sessions without a user name are refused)"
+            )
         if not password:
-            raise FenceConfigError("password: required (sessions without a password are unauthenticated)")
+            raise _fence.FenceConfigError(
+                "password: required (sessions without a password are unauthenticated)"
+            )
         if cipher == 0:
-            raise FenceConfigError(
+            raise _fence.FenceConfigError(
                 "cipher: suite 0 has no authentication (a BMC accepts any password) and is refused"
             )
         if cipher not in CIPHER_SUITES:
-            raise FenceConfigError(
+            raise _fence.FenceConfigError(
                 f"cipher: suite {cipher} is not supported; use 3 (SHA-1/AES) or 17 (SHA-256/AES)"
             )
         if privlvl not in PRIVILEGE_LEVELS:
-            raise FenceConfigError(f"privlvl: {privlvl!r} is not one of {', '.join(PRIVILEGE_LEVELS)}")
+            raise _fence.FenceConfigError(f"privlvl: {privlvl!r} is not one of {', '.join(PRIVILEGE_LEVELS)}")
         super().__init__(target=f"{ipaddr}:{ipport}", plugs=["chassis"], **fence)
         self.ipaddr = ipaddr
         self.ipport = int(ipport)
@@ -255,7 +242,7 @@ class IpmiDriver(FenceDriver):
     def open(self) -> None:
         """Log in (RMCP+, requested suite and privilege). Raises a classified :class:`FenceError`."""
         if not PYGHMI_LIBRARY.present:
-            raise FenceConfigError("pyghmi: the Python library pyghmi is required")
+            raise _fence.FenceConfigError("pyghmi: the Python library pyghmi is required")
         _install_wakeup_fix()
         cls = _SESSION_CLASSES.setdefault(self.cipher, _session_class(self.cipher))
         self._session = self._login(cls)
@@ -265,7 +252,7 @@ class IpmiDriver(FenceDriver):
             or getattr(sess, "integrityalgo", None) != CIPHER_SUITES[self.cipher]
         ):
             self.close()
-            raise RejectedError(
+            raise _fence.RejectedError(
                 f"BMC did not negotiate RMCP+ cipher suite {self.cipher}; refusing the session", self.target
             )
 
@@ -284,16 +271,16 @@ class IpmiDriver(FenceDriver):
             left = deadline - time.monotonic()
             try:
                 return self._login_once(cls, max(left, 0.0))
-            except DeviceTimeoutError:
+            except _fence.DeviceTimeoutError:
                 if deadline - time.monotonic() > 0.5:
                     continue
                 if port_refused(self.ipaddr, self.ipport):
-                    raise UnreachableError(
+                    raise _fence.UnreachableError(
                         "nothing listens at this address and port (ICMP port unreachable): "
                         "check ipaddr and ipport",
                         self.target,
                     ) from None
-                raise DeviceTimeoutError(
+                raise _fence.DeviceTimeoutError(
                     f"no answer from the BMC within power_timeout={self.power_timeout:g}s "
                     "(BMC hung, busy or without power; or the path to it is filtered)",
                     self.target,
@@ -332,42 +319,42 @@ class IpmiDriver(FenceDriver):
             with lock:
                 if not done.is_set():
                     box["abandoned"] = True
-                    raise DeviceTimeoutError("no answer from the BMC", self.target)
+                    raise _fence.DeviceTimeoutError("no answer from the BMC", self.target)
         exc = box.get("error")
         if exc is not None:
             if PYGHMI_LIBRARY.present and isinstance(exc, pyghmi_exc.IpmiException):
                 raise classify_login_error(str(exc), self.target) from None
             if isinstance(exc, OSError):
-                raise UnreachableError(f"cannot reach the BMC: {exc}", self.target) from None
+                raise _fence.UnreachableError(f"cannot reach the BMC: {exc}", self.target) from None
             raise exc
         return box["session"]
 
     def close(self) -> None:
         """Log out (Close Session); never raises. BMCs have few session slots: leaked sessions lock every client out."""
         sess, self._session = self._session, None
-        close_quietly(sess, lambda s: s.logout())
+        _fence.close_quietly(sess, lambda s: s.logout())
 
     def _command(self, command: int, data: list[int], answer_wait: float | None = None) -> Any:
         """Send chassis command ``command`` (netfn 0x00) with ``data``; its answer (pyghmi's dict).
         ``answer_wait``: seconds before the first retransmit (None: pyghmi's 0.5-1 s). Raises
         UnreachableError, DeviceTimeoutError, PrivilegeError or RejectedError."""
         if self._session is None:
-            raise UnreachableError("no IPMI session (open() not called or it failed)", self.target)
+            raise _fence.UnreachableError("no IPMI session (open() not called or it failed)", self.target)
         try:
             rsp = self._session.raw_command(netfn=0x00, command=command, data=data, timeout=answer_wait)
         except pyghmi_exc.IpmiException as exc:
-            raise DeviceTimeoutError(f"BMC stopped answering: {exc}", self.target) from None
+            raise _fence.DeviceTimeoutError(f"BMC stopped answering: {exc}", self.target) from None
         code = rsp.get("code", 0)
         if code == _CC_PRIVILEGE:
-            raise PrivilegeError(
+            raise _fence.PrivilegeError(
                 f"insufficient privilege for chassis command 0x{command:02x} "
                 f"(privlvl={self.privlvl}; power control needs operator or administrator)",
                 self.target,
             )
         if code == 0xFFFF or rsp.get("error") == "timeout":
-            raise DeviceTimeoutError("BMC did not answer the chassis command in time", self.target)
+            raise _fence.DeviceTimeoutError("BMC did not answer the chassis command in time", self.target)
         if code or "error" in rsp:
-            raise RejectedError(
+            raise _fence.RejectedError(
                 f"BMC rejected chassis command 0x{command:02x} with completion code 0x{code:02x}"
                 f" ({rsp.get('error', 'unknown')})",
                 self.target,
@@ -379,8 +366,8 @@ class IpmiDriver(FenceDriver):
         rsp = self._command(0x01, [])
         data = rsp.get("data") or b""
         if not data:
-            raise RejectedError("empty Get Chassis Status answer", self.target)
-        return ON if data[0] & 1 else OFF
+            raise _fence.RejectedError("empty Get Chassis Status answer", self.target)
+        return _fence.ON if data[0] & 1 else _fence.OFF
 
     def set_state(self, plug: str, state: str) -> None:
         """Chassis Control ``power down`` (off) / ``power up`` (on) / ``power cycle`` (cycle), sent
@@ -401,8 +388,8 @@ class IpmiDriver(FenceDriver):
             before = self.get_state("chassis")
             if check_mode:
                 return {"before": before, "sent": False}
-            if before == OFF:
-                self.set_state("chassis", ON)
+            if before == _fence.OFF:
+                self.set_state("chassis", _fence.ON)
             else:
                 self.set_state("chassis", "cycle")
             return {"before": before, "sent": True}

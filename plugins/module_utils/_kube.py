@@ -14,6 +14,7 @@ Interface used by the other modules (keep it stable):
 * :class:`KubeError` -- the one error family, with ``reason`` in :data:`REASONS`.
 * :func:`classify` -- any exception raised while talking to the API -> :class:`KubeError`.
 * :func:`call` -- run one API call and raise the classified error.
+* :class:`KubeNode` -- one node's path, read and dry-run query (the drain and taint helpers' base).
 * :data:`HAS_KUBERNETES`, :data:`KUBERNETES_IMPORT_ERROR` -- for ``missing_required_lib``.
 """
 
@@ -23,9 +24,11 @@ import json
 import os
 import socket
 import ssl
+import time
 import traceback
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import quote
 
 from ansible.module_utils.basic import env_fallback
 
@@ -394,3 +397,43 @@ def request(
     except Exception as exc:  # classified right here
         raise classify(exc) from exc
     return json.loads(data) if data else None
+
+
+class KubeNode:
+    """One Node through the API, what the drain and taint helpers share: the name checked once,
+    the node's path, its read, and the query every write of a server-side dry run carries.
+
+    Args:
+        client: a ``kubernetes.client.ApiClient`` (see :func:`get_api_client`).
+        node: the node's name; KubeError ``invalid`` when empty (it would name the collection).
+        dry_run: server-side dry run (``dryRun=All``): the API checks every write, persists none.
+        clock: monotonic seconds, for deadlines and retry delays.
+    """
+
+    def __init__(
+        self, client: Any, node: str, dry_run: bool = False, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        if not node:
+            raise KubeError("name: the node's name must not be empty", "invalid")
+        self.client = client
+        self.node = node
+        self.dry_run = dry_run
+        self.clock = clock
+
+    @property
+    def path(self) -> str:
+        """``/api/v1/nodes/<name>``, the name quoted."""
+        return f"/api/v1/nodes/{quote(self.node, safe='')}"
+
+    def write_query(self) -> list[tuple[str, Any]]:
+        """The query of a write: ``dryRun=All`` in a dry run, else none."""
+        return [("dryRun", "All")] if self.dry_run else []
+
+    def get_node(self) -> dict[str, Any]:
+        """The node as a dict. Raises KubeError (``not_found`` names the node)."""
+        try:
+            return request(self.client, "GET", self.path)
+        except KubeError as exc:
+            if exc.reason == "not_found":
+                raise KubeError(f"node {self.node!r} not found", "not_found", status=404) from exc
+            raise

@@ -25,42 +25,20 @@ types the system does not allow -> ``rejected``.
 from __future__ import annotations
 
 import logging
-import traceback
 from typing import Any
 
-from ansible_collections.noderemedy.core.plugins.module_utils._fence import (
-    OFF,
-    ON,
-    AuthError,
-    FenceConfigError,
-    FenceDriver,
-    FenceError,
-    Library,
-    NotFoundError,
-    PrivilegeError,
-    RejectedError,
-    UnreachableError,
-    check_address,
-    close_quietly,
-    login_arg_spec,
-    require_login,
-)
+from ansible_collections.noderemedy.core.plugins.module_utils import _fence
 
-try:
+with _fence.Library("sushy") as SUSHY_LIBRARY:
     import sushy
     from sushy import auth as sushy_auth
     from sushy import exceptions as sushy_exc
-
-    SUSHY_LIBRARY = Library("sushy")
-except ImportError:  # pragma: no cover - exercised only without the library
-    SUSHY_LIBRARY = Library("sushy", traceback.format_exc())
-    sushy = sushy_auth = sushy_exc = None  # type: ignore[assignment]
 
 #: Redfish connection options; documented 1:1 by ``doc_fragments/fence.py`` ``REDFISH``. Names are
 #: fence_redfish's (``--ip``, ``--ipport``, ``--username``, ``--password``, ``--ssl-insecure``,
 #: ``--redfish-uri``, ``--systems-uri``, ``--plug``).
 REDFISH_ARG_SPEC: dict[str, dict[str, Any]] = {
-    **login_arg_spec(
+    **_fence.login_arg_spec(
         None,
         ["NODEREMEDY_REDFISH_USERNAME", "REDFISH_USERNAME"],
         ["NODEREMEDY_REDFISH_PASSWORD", "REDFISH_PASSWORD"],
@@ -74,10 +52,15 @@ REDFISH_ARG_SPEC: dict[str, dict[str, Any]] = {
 }
 
 #: Redfish ``ResetType`` for each wanted state (fence_redfish's choices).
-RESET_TYPES = {OFF: "ForceOff", ON: "On"}
+RESET_TYPES = {_fence.OFF: "ForceOff", _fence.ON: "On"}
 
 #: ``PowerState`` -> the driver's state; anything else (None, ``Paused``) is ``unknown``.
-POWER_STATES = {"On": ON, "Off": OFF, "PoweringOn": "powering_on", "PoweringOff": "powering_off"}
+POWER_STATES = {
+    "On": _fence.ON,
+    "Off": _fence.OFF,
+    "PoweringOn": "powering_on",
+    "PoweringOff": "powering_off",
+}
 
 
 def _quiet_sushy() -> None:
@@ -88,7 +71,7 @@ def _quiet_sushy() -> None:
     log.propagate = False
 
 
-class RedfishDriver(FenceDriver):
+class RedfishDriver(_fence.FenceDriver):
     """Power of one Redfish ``ComputerSystem`` (the single plug: its URI, Id or name).
 
     Args:
@@ -124,13 +107,13 @@ class RedfishDriver(FenceDriver):
         **timing: Any,
     ) -> None:
         port = ipport if ipport is not None else (443 if ssl else 80)
-        check_address(ipaddr, port, "the BMC", "TCP port (1-65535)")
+        _fence.check_address(ipaddr, port, "the BMC", "TCP port (1-65535)")
         host = f"[{ipaddr}]" if ":" in ipaddr else ipaddr
         super().__init__(f"{host}:{port}", [systems_uri or plug or "system"], **timing)
-        require_login(username, password)
+        _fence.require_login(username, password)
         for name, uri in (("redfish_uri", redfish_uri), ("systems_uri", systems_uri)):
             if uri is not None and not uri.startswith("/"):
-                raise FenceConfigError(f"{name}: {uri!r} is not an absolute path (starts with /)")
+                raise _fence.FenceConfigError(f"{name}: {uri!r} is not an absolute path (starts with /)")
         self.base_url = f"{'https' if ssl else 'http'}://{host}:{port}"
         self.verify: bool | str = False if (ssl_insecure or not ssl) else (ca_path or True)
         self.redfish_uri = redfish_uri.rstrip("/") + "/"
@@ -144,27 +127,29 @@ class RedfishDriver(FenceDriver):
         self.resolved_uri: str | None = None
 
     # -- errors ----------------------------------------------------------------------------
-    def _classify(self, exc: Exception, doing: str) -> FenceError:
+    def _classify(self, exc: Exception, doing: str) -> _fence.FenceError:
         if isinstance(exc, sushy_exc.AccessError):
             if exc.status_code == 403:
-                return PrivilegeError(f"{doing}: forbidden for this user (HTTP 403)", self.target)
-            return AuthError(
+                return _fence.PrivilegeError(f"{doing}: forbidden for this user (HTTP 403)", self.target)
+            return _fence.AuthError(
                 f"{doing}: authentication refused (HTTP 401, wrong user or password)", self.target
             )
         if isinstance(exc, sushy_exc.ResourceNotFoundError):
-            return NotFoundError(f"{doing}: not found on the BMC (HTTP 404)", self.target)
+            return _fence.NotFoundError(f"{doing}: not found on the BMC (HTTP 404)", self.target)
         if isinstance(exc, sushy_exc.ConnectionError):
             text = str(exc)
             if "CERTIFICATE_VERIFY_FAILED" in text or "SSLError" in text:
-                return UnreachableError(
+                return _fence.UnreachableError(
                     f"{doing}: TLS failed ({text.rsplit('error:', maxsplit=1)[-1].strip()[:200]}); give ca_path, or "
                     "ssl_insecure=true for a BMC whose certificate cannot be verified",
                     self.target,
                 )
-            return UnreachableError(f"{doing}: cannot reach the BMC at {self.base_url}", self.target)
+            return _fence.UnreachableError(f"{doing}: cannot reach the BMC at {self.base_url}", self.target)
         if isinstance(exc, sushy_exc.HTTPError):
-            return RejectedError(f"{doing}: HTTP {exc.status_code} {exc.detail or ''}".strip(), self.target)
-        return RejectedError(f"{doing}: {exc}", self.target)
+            return _fence.RejectedError(
+                f"{doing}: HTTP {exc.status_code} {exc.detail or ''}".strip(), self.target
+            )
+        return _fence.RejectedError(f"{doing}: {exc}", self.target)
 
     # -- connection ------------------------------------------------------------------------
     def open(self) -> None:
@@ -188,7 +173,7 @@ class RedfishDriver(FenceDriver):
     def close(self) -> None:
         """Drop the HTTP session (basic authentication holds no BMC session slot)."""
         root, self._root = self._root, None
-        close_quietly(root, lambda r: r._conn.close())
+        _fence.close_quietly(root, lambda r: r._conn.close())
 
     def resolve(self) -> None:
         """Find the system: ``systems_uri``, else the member matching ``plug``, else the only member.
@@ -212,11 +197,11 @@ class RedfishDriver(FenceDriver):
                     self.resolved_uri = member.path
                     return
             names = sorted(f"{m.identity} ({m.name})" for m in members)
-            raise NotFoundError(
+            raise _fence.NotFoundError(
                 f"plug: no system with Id, Name or UUID {self.plug!r}; systems: {names}", self.target
             )
         if len(members) != 1:
-            raise FenceConfigError(
+            raise _fence.FenceConfigError(
                 f"systems_uri: the BMC has {len(members)} systems ({sorted(m.path for m in members)}); "
                 "give systems_uri or plug"
             )
@@ -243,7 +228,7 @@ class RedfishDriver(FenceDriver):
             allowed = sorted(
                 str(getattr(v, "value", v)) for v in self._system.get_allowed_reset_system_values()
             )
-            raise RejectedError(
+            raise _fence.RejectedError(
                 f"the system does not allow ResetType {reset}; allowed: {allowed}", self.target
             ) from None
         except sushy_exc.SushyError as exc:

@@ -25,37 +25,20 @@ import asyncio
 import atexit
 import hashlib
 import threading
-import traceback
 from collections import OrderedDict
 from typing import Any
 
 from ansible.module_utils.basic import env_fallback
 
-from ansible_collections.noderemedy.core.plugins.module_utils._fence import (
-    AuthError,
-    FenceConfigError,
-    FenceError,
-    Library,
-    NotFoundError,
-    PrivilegeError,
-    RejectedError,
-    UnreachableError,
-    check_address,
-    login_arg_spec,
-)
+from ansible_collections.noderemedy.core.plugins.module_utils import _fence
 
-try:
+with _fence.Library("pysnmp") as PYSNMP_LIBRARY:
     from pysnmp.hlapi.v3arch import asyncio as hlapi
     from pysnmp.proto import rfc1902, rfc1905
 
-    PYSNMP_LIBRARY = Library("pysnmp")
-except ImportError:  # pragma: no cover - exercised only without the library
-    PYSNMP_LIBRARY = Library("pysnmp", traceback.format_exc())
-    hlapi = rfc1902 = rfc1905 = None  # type: ignore[assignment]
-
 #: SNMP connection options; documented 1:1 by ``doc_fragments/fence.py`` ``SNMP``. Names are fence-agents'.
 SNMP_ARG_SPEC: dict[str, dict[str, Any]] = {
-    **login_arg_spec(161, ["NODEREMEDY_SNMP_USERNAME"], ["NODEREMEDY_SNMP_PASSWORD"]),
+    **_fence.login_arg_spec(161, ["NODEREMEDY_SNMP_USERNAME"], ["NODEREMEDY_SNMP_PASSWORD"]),
     "snmp_version": {"type": "str", "default": "2c", "choices": ["1", "2c", "3"]},
     "community": {"type": "str", "no_log": True, "fallback": (env_fallback, ["NODEREMEDY_SNMP_COMMUNITY"])},
     "snmp_sec_level": {"type": "str", "choices": ["noAuthNoPriv", "authNoPriv", "authPriv"]},
@@ -121,7 +104,7 @@ def normalize_oid(oid: str) -> str:
     text = str(oid).strip().lstrip(".")
     parts = text.split(".")
     if not text or not all(p.isdigit() for p in parts):
-        raise FenceConfigError(f"OID {oid!r} is not a dotted numeric OID")
+        raise _fence.FenceConfigError(f"OID {oid!r} is not a dotted numeric OID")
     return text
 
 
@@ -237,12 +220,12 @@ class SnmpClient:
         snmp_retries: int = 1,
     ) -> None:
         if not PYSNMP_LIBRARY.present:
-            raise FenceConfigError("pysnmp: the Python library pysnmp (>= 7) is required")
-        check_address(ipaddr, ipport, "the device", "UDP port")
+            raise _fence.FenceConfigError("pysnmp: the Python library pysnmp (>= 7) is required")
+        _fence.check_address(ipaddr, ipport, "the device", "UDP port")
         if snmp_timeout is None or snmp_timeout <= 0:
-            raise FenceConfigError(f"snmp_timeout: must be > 0 seconds, got {snmp_timeout!r}")
+            raise _fence.FenceConfigError(f"snmp_timeout: must be > 0 seconds, got {snmp_timeout!r}")
         if snmp_retries is None or snmp_retries < 0:
-            raise FenceConfigError(f"snmp_retries: must be >= 0, got {snmp_retries!r}")
+            raise _fence.FenceConfigError(f"snmp_retries: must be >= 0, got {snmp_retries!r}")
         self.target = f"{ipaddr}:{ipport}"
         self.ipaddr = ipaddr
         self.ipport = int(ipport)
@@ -251,14 +234,14 @@ class SnmpClient:
         self.version = str(snmp_version)
         if self.version in ("1", "2c"):
             if not community:
-                raise FenceConfigError(f"community: required for snmp_version {self.version}")
+                raise _fence.FenceConfigError(f"community: required for snmp_version {self.version}")
             self._auth = hlapi.CommunityData(community, mpModel=0 if self.version == "1" else 1)
         elif self.version == "3":
             self._auth = self._usm(
                 username, password, snmp_sec_level, snmp_auth_prot, snmp_priv_prot, snmp_priv_passwd
             )
         else:
-            raise FenceConfigError(f"snmp_version: {snmp_version!r} is not one of 1, 2c, 3")
+            raise _fence.FenceConfigError(f"snmp_version: {snmp_version!r} is not one of 1, 2c, 3")
         # engines are shared per credential set; the key is a digest, never the secrets themselves
         self._key = hashlib.sha256(
             repr(
@@ -287,30 +270,32 @@ class SnmpClient:
         priv_passwd: str | None,
     ) -> Any:
         if not username:
-            raise FenceConfigError("username: required for snmp_version 3")
+            raise _fence.FenceConfigError("username: required for snmp_version 3")
         if level is None:
             level = "authPriv" if priv_passwd else ("authNoPriv" if password else "noAuthNoPriv")
         if level not in ("noAuthNoPriv", "authNoPriv", "authPriv"):
-            raise FenceConfigError(f"snmp_sec_level: {level!r} is not noAuthNoPriv, authNoPriv or authPriv")
+            raise _fence.FenceConfigError(
+                f"snmp_sec_level: {level!r} is not noAuthNoPriv, authNoPriv or authPriv"
+            )
         if level == "noAuthNoPriv":
             return hlapi.UsmUserData(username)
         if not password or len(password) < 8:
-            raise FenceConfigError(
+            raise _fence.FenceConfigError(
                 f"password: snmp_sec_level {level} needs an authentication passphrase of 8+ characters"
             )
         if auth_prot not in _AUTH_PROTOCOLS:
-            raise FenceConfigError(
+            raise _fence.FenceConfigError(
                 f"snmp_auth_prot: {auth_prot!r} is not one of {', '.join(_AUTH_PROTOCOLS)}"
             )
         auth = getattr(hlapi, _AUTH_PROTOCOLS[auth_prot])
         if level == "authNoPriv":
             return hlapi.UsmUserData(username, authKey=password, authProtocol=auth)
         if not priv_passwd or len(priv_passwd) < 8:
-            raise FenceConfigError(
+            raise _fence.FenceConfigError(
                 "snmp_priv_passwd: snmp_sec_level authPriv needs a privacy passphrase of 8+ characters"
             )
         if priv_prot not in _PRIV_PROTOCOLS:
-            raise FenceConfigError(
+            raise _fence.FenceConfigError(
                 f"snmp_priv_prot: {priv_prot!r} is not one of {', '.join(_PRIV_PROTOCOLS)}"
             )
         return hlapi.UsmUserData(
@@ -334,7 +319,7 @@ class SnmpClient:
                     (self.ipaddr, self.ipport), timeout=self.timeout, retries=self.retries
                 )
             except Exception as exc:  # name resolution / socket errors
-                raise UnreachableError(f"cannot reach the SNMP agent: {exc}", self.target) from None
+                raise _fence.UnreachableError(f"cannot reach the SNMP agent: {exc}", self.target) from None
 
     def close(self) -> None:
         """Release this client (the engine stays in the process-wide pool); never raises."""
@@ -358,28 +343,30 @@ class SnmpClient:
                     if self.version in ("1", "2c")
                     else "a wrong v3 privacy key, which agents drop"
                 )
-                raise UnreachableError(
+                raise _fence.UnreachableError(
                     f"{what}: no SNMP answer within {self.timeout:g}s x {1 + self.retries} "
                     f"(agent down, wrong address or port, or {hint})",
                     self.target,
                 )
             if any(k in name or k in text.lower().replace(" ", "") for k in _AUTH_INDICATIONS):
-                raise AuthError(f"{what}: SNMPv3 authentication refused ({text})", self.target)
-            raise UnreachableError(f"{what}: SNMP error: {text}", self.target)
+                raise _fence.AuthError(f"{what}: SNMPv3 authentication refused ({text})", self.target)
+            raise _fence.UnreachableError(f"{what}: SNMP error: {text}", self.target)
         if status and int(status):
             name = status.prettyPrint()
             if name in _STATUS_PRIVILEGE:
-                raise PrivilegeError(
+                raise _fence.PrivilegeError(
                     f"{what}: agent answered {name} (read-only community or user without write access)",
                     self.target,
                 )
             if name in _STATUS_NOT_FOUND:
-                raise NotFoundError(f"{what}: no such object on the agent ({name})", self.target)
-            raise RejectedError(f"{what}: agent rejected the request ({name})", self.target)
+                raise _fence.NotFoundError(f"{what}: no such object on the agent ({name})", self.target)
+            raise _fence.RejectedError(f"{what}: agent rejected the request ({name})", self.target)
         for vb in var_binds:
             val = vb[1]
             if isinstance(val, (rfc1905.NoSuchObject, rfc1905.NoSuchInstance, rfc1905.EndOfMibView)):
-                raise NotFoundError(f"{what}: no such object on the agent ({val.prettyPrint()})", self.target)
+                raise _fence.NotFoundError(
+                    f"{what}: no such object on the agent ({val.prettyPrint()})", self.target
+                )
 
     # -- operations ------------------------------------------------------------------------
     def get(self, *oids: str) -> list[int | str]:
@@ -443,7 +430,7 @@ class SnmpClient:
 
         try:
             return self._run(go())
-        except NotFoundError:
+        except _fence.NotFoundError:
             return []
 
     def sys_object_id(self) -> str:
@@ -461,5 +448,4 @@ __all__ = [
     "SnmpClient",
     "client_from_params",
     "normalize_oid",
-    "FenceError",
 ]

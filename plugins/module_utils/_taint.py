@@ -37,7 +37,12 @@ from urllib.parse import quote
 from ansible_collections.noderemedy.core.plugins.module_utils._fenced_storage import (
     uses_fenced_storage,
 )
-from ansible_collections.noderemedy.core.plugins.module_utils._kube import NODE_ARGSPEC, KubeError, request
+from ansible_collections.noderemedy.core.plugins.module_utils._kube import (
+    NODE_ARGSPEC,
+    KubeError,
+    KubeNode,
+    request,
+)
 
 OUT_OF_SERVICE_KEY = "node.kubernetes.io/out-of-service"
 OUT_OF_SERVICE_EFFECT = "NoExecute"
@@ -254,7 +259,7 @@ def _ref(obj: dict[str, Any]) -> str:
     return f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else meta.get("name", "")
 
 
-class NodeTaints:
+class NodeTaints(KubeNode):
     """Read and change one node's taints through the API.
 
     Args:
@@ -273,27 +278,9 @@ class NodeTaints:
         sleep: Callable[[float], None] = time.sleep,
         wall: Callable[[], float] = time.time,
     ) -> None:
-        if not node:
-            raise KubeError("name: the node's name must not be empty", "invalid")
-        self.client = client
-        self.node = node
-        self.dry_run = dry_run
-        self.clock = clock
+        super().__init__(client, node, dry_run, clock)
         self.sleep = sleep
         self.wall = wall
-
-    @property
-    def path(self) -> str:
-        return f"/api/v1/nodes/{quote(self.node, safe='')}"
-
-    def get_node(self) -> dict[str, Any]:
-        """The node as a dict; KubeError ``not_found`` naming it."""
-        try:
-            return request(self.client, "GET", self.path)
-        except KubeError as exc:
-            if exc.reason == "not_found":
-                raise KubeError(f"node {self.node!r} not found", "not_found", status=404) from exc
-            raise
 
     def apply(
         self,
@@ -330,7 +317,7 @@ class NodeTaints:
                     self.client,
                     "PATCH",
                     self.path,
-                    query=[("dryRun", "All")] if self.dry_run else None,
+                    query=self.write_query(),
                     body=body,
                     content_type="application/merge-patch+json",
                 )

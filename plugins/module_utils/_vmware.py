@@ -23,39 +23,17 @@ from __future__ import annotations
 
 import ssl
 import time
-import traceback
 from typing import Any
 
-from ansible_collections.noderemedy.core.plugins.module_utils._fence import (
-    OFF,
-    ON,
-    AuthError,
-    FenceConfigError,
-    FenceDriver,
-    FenceError,
-    Library,
-    NotFoundError,
-    PrivilegeError,
-    RejectedError,
-    UnreachableError,
-    check_address,
-    close_quietly,
-    login_arg_spec,
-    require_login,
-)
+from ansible_collections.noderemedy.core.plugins.module_utils import _fence
 
-try:
+with _fence.Library("pyvmomi") as PYVMOMI_LIBRARY:
     from pyVim.connect import Disconnect, SmartConnect
     from pyVmomi import vim, vmodl
 
-    PYVMOMI_LIBRARY = Library("pyvmomi")
-except ImportError:  # pragma: no cover - exercised only without the library
-    PYVMOMI_LIBRARY = Library("pyvmomi", traceback.format_exc())
-    Disconnect = SmartConnect = vim = vmodl = None  # type: ignore[assignment]
-
 #: vSphere connection options; documented 1:1 by ``doc_fragments/fence.py`` ``VMWARE`` (fence_vmware_soap names).
 VMWARE_ARG_SPEC: dict[str, dict[str, Any]] = {
-    **login_arg_spec(
+    **_fence.login_arg_spec(
         443, ["NODEREMEDY_VMWARE_USERNAME", "VMWARE_USER"], ["NODEREMEDY_VMWARE_PASSWORD", "VMWARE_PASSWORD"]
     ),
     "ssl_insecure": {"type": "bool", "default": False},
@@ -64,10 +42,10 @@ VMWARE_ARG_SPEC: dict[str, dict[str, Any]] = {
 }
 
 #: ``runtime.powerState`` -> the driver's state (``suspended`` is never off).
-POWER_STATES = {"poweredOn": ON, "poweredOff": OFF, "suspended": "suspended"}
+POWER_STATES = {"poweredOn": _fence.ON, "poweredOff": _fence.OFF, "suspended": "suspended"}
 
 
-class VmwareVmDriver(FenceDriver):
+class VmwareVmDriver(_fence.FenceDriver):
     """Power of one vSphere VM (the single plug: its name, BIOS UUID or instance UUID).
 
     Args:
@@ -94,11 +72,11 @@ class VmwareVmDriver(FenceDriver):
         ca_path: str | None = None,
         **timing: Any,
     ) -> None:
-        check_address(ipaddr, ipport, "the vCenter or ESXi", "TCP port (1-65535)")
+        _fence.check_address(ipaddr, ipport, "the vCenter or ESXi", "TCP port (1-65535)")
         if not plug:
-            raise FenceConfigError("plug: the VM's name or UUID is required")
+            raise _fence.FenceConfigError("plug: the VM's name or UUID is required")
         super().__init__(f"{ipaddr}:{ipport}", [plug], **timing)
-        require_login(username, password)
+        _fence.require_login(username, password)
         self.ipaddr, self.ipport = ipaddr, ipport
         self.ssl_insecure, self.ca_path = ssl_insecure, ca_path
         self._username, self._password = username, password
@@ -119,22 +97,26 @@ class VmwareVmDriver(FenceDriver):
             return ssl.create_default_context(cafile=self.ca_path)
         return ssl.create_default_context()
 
-    def _classify(self, exc: BaseException, doing: str) -> FenceError:
+    def _classify(self, exc: BaseException, doing: str) -> _fence.FenceError:
         if isinstance(exc, vim.fault.InvalidLogin):
-            return AuthError(f"{doing}: login refused (wrong user name or password)", self.target)
+            return _fence.AuthError(f"{doing}: login refused (wrong user name or password)", self.target)
         if isinstance(exc, vim.fault.NoPermission):
-            return PrivilegeError(f"{doing}: no permission ({getattr(exc, 'privilegeId', '')})", self.target)
+            return _fence.PrivilegeError(
+                f"{doing}: no permission ({getattr(exc, 'privilegeId', '')})", self.target
+            )
         if isinstance(exc, ssl.SSLError):
-            return UnreachableError(
+            return _fence.UnreachableError(
                 f"{doing}: TLS failed ({exc.reason}); give ca_path, or ssl_insecure=true", self.target
             )
         if isinstance(exc, OSError):
-            return UnreachableError(
+            return _fence.UnreachableError(
                 f"{doing}: cannot reach {self.target} ({exc.strerror or exc})", self.target
             )
         if isinstance(exc, vmodl.MethodFault):
-            return RejectedError(f"{doing}: {type(exc).__name__}: {getattr(exc, 'msg', '')}", self.target)
-        return RejectedError(f"{doing}: {exc}", self.target)
+            return _fence.RejectedError(
+                f"{doing}: {type(exc).__name__}: {getattr(exc, 'msg', '')}", self.target
+            )
+        return _fence.RejectedError(f"{doing}: {exc}", self.target)
 
     def open(self) -> None:
         """Log in (``SessionManager.Login``)."""
@@ -154,7 +136,7 @@ class VmwareVmDriver(FenceDriver):
     def close(self) -> None:
         """Log out; never raises."""
         si, self._si, self._vm = self._si, None, None
-        close_quietly(si, Disconnect)
+        _fence.close_quietly(si, Disconnect)
 
     def resolve(self) -> None:
         """Find the one VM whose name, BIOS UUID or instance UUID is the plug.
@@ -177,9 +159,9 @@ class VmwareVmDriver(FenceDriver):
         except vmodl.MethodFault as exc:
             raise self._classify(exc, "find the VM") from None
         if not found:
-            raise NotFoundError(f"plug: no VM named or with UUID {plug!r}", self.target)
+            raise _fence.NotFoundError(f"plug: no VM named or with UUID {plug!r}", self.target)
         if len(found) > 1:
-            raise FenceConfigError(f"plug: {len(found)} VMs are named {plug!r}; give the VM's UUID")
+            raise _fence.FenceConfigError(f"plug: {len(found)} VMs are named {plug!r}; give the VM's UUID")
         self._vm = found[0]
 
     def get_state(self, plug: str) -> str:
@@ -194,9 +176,9 @@ class VmwareVmDriver(FenceDriver):
         """``PowerOffVM_Task`` (off) / ``PowerOnVM_Task`` (on); waits for the task (at most
         ``power_timeout`` seconds) so a refused task is reported as such. A task that finds the VM
         already in the wanted state (InvalidPowerState) is not an error."""
-        name = "PowerOffVM_Task" if state == OFF else "PowerOnVM_Task"
+        name = "PowerOffVM_Task" if state == _fence.OFF else "PowerOnVM_Task"
         try:
-            task = self._vm.PowerOffVM_Task() if state == OFF else self._vm.PowerOnVM_Task()
+            task = self._vm.PowerOffVM_Task() if state == _fence.OFF else self._vm.PowerOnVM_Task()
             deadline = time.monotonic() + self.power_timeout
             while str(task.info.state) in ("queued", "running") and time.monotonic() < deadline:
                 time.sleep(self.poll_interval)

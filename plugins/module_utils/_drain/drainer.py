@@ -30,7 +30,7 @@ from ansible_collections.noderemedy.core.plugins.module_utils._drain.filters imp
 from ansible_collections.noderemedy.core.plugins.module_utils._drain.watch import (
     PodWatch,
 )
-from ansible_collections.noderemedy.core.plugins.module_utils._kube import KubeError, request
+from ansible_collections.noderemedy.core.plugins.module_utils._kube import KubeError, KubeNode, request
 
 
 @dataclass
@@ -91,7 +91,7 @@ class DrainError(KubeError):
 _ACCEPTED, _GONE, _RETRY, _FAILED = "accepted", "gone", "retry", "failed"
 
 
-class Drainer:
+class Drainer(KubeNode):
     """Cordon, uncordon or drain one node through the API (kubectl drain's ``Helper``).
 
     Args:
@@ -114,38 +114,21 @@ class Drainer:
         clock: Callable[[], float] = time.monotonic,
         max_workers: int = 0,
     ) -> None:
-        if not node:
-            raise KubeError("name: the node's name must not be empty", "invalid")
-        self.client = client
-        self.node = node
+        super().__init__(client, node, dry_run, clock)
         self.opts = opts
-        self.dry_run = dry_run
-        self.clock = clock
         self.max_workers = max_workers if max_workers > 0 else EVICTION_WORKERS
         self._ds_cache: dict[tuple[str, str], bool] = {}
         self.last_resource_version = ""
 
     # -- node --------------------------------------------------------------------------------
 
-    def _query(self) -> list[tuple[str, Any]]:
-        return [("dryRun", "All")] if self.dry_run else []
-
-    def get_node(self) -> dict[str, Any]:
-        """The node as a dict. Raises KubeError (``not_found`` names the node)."""
-        try:
-            return request(self.client, "GET", f"/api/v1/nodes/{quote(self.node, safe='')}")
-        except KubeError as exc:
-            if exc.reason == "not_found":
-                raise KubeError(f"node {self.node!r} not found", "not_found", status=404) from exc
-            raise
-
     def set_unschedulable(self, value: bool) -> None:
         """PATCH ``spec.unschedulable`` (kubectl cordon/uncordon; uncordon removes the field)."""
         request(
             self.client,
             "PATCH",
-            f"/api/v1/nodes/{quote(self.node, safe='')}",
-            query=self._query(),
+            self.path,
+            query=self.write_query(),
             body={"spec": {"unschedulable": True if value else None}},
             content_type="application/merge-patch+json",
         )

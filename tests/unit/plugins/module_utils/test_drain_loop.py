@@ -1,6 +1,7 @@
 """The drain's event loop (``Drainer._remove_all``) against an in-memory API: evictions in parallel,
 deletions seen through the watch's notifications, the list fallback when the watch is down, 429
-retries and the timeout. No network: ``request`` and ``PodWatch`` of ``_drain.drainer`` are replaced."""
+retries and the timeout. No network: ``request`` (of ``_drain.drainer``, and of ``_kube`` for the
+node's read) and ``PodWatch`` of ``_drain.drainer`` are replaced."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import threading
 
 import pytest
 
+from ansible_collections.noderemedy.core.plugins.module_utils import _kube
 from ansible_collections.noderemedy.core.plugins.module_utils._drain import Drainer, DrainError, DrainOptions
 from ansible_collections.noderemedy.core.plugins.module_utils._drain import drainer as _drainer
 from ansible_collections.noderemedy.core.plugins.module_utils._kube import KubeError
@@ -108,6 +110,7 @@ def api(monkeypatch):
     def make(names, watch_healthy: bool = True, **kw) -> FakeApi:
         fake = FakeApi(names, **kw)
         monkeypatch.setattr(_drainer, "request", fake.request)
+        monkeypatch.setattr(_kube, "request", fake.request)
         monkeypatch.setattr(
             _drainer,
             "PodWatch",

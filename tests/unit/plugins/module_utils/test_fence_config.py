@@ -498,6 +498,20 @@ def test_library_require_names_the_missing_library() -> None:
         _fence.Library("sushy", "Traceback ...").require()
 
 
+def test_library_block_keeps_an_import_error_and_lets_others_through() -> None:
+    with _fence.Library("absent") as absent:
+        import noderemedy_no_such_library  # type: ignore[import-not-found]  # noqa: F401
+    assert not absent.present
+    assert "ModuleNotFoundError: No module named 'noderemedy_no_such_library'" in (absent.import_error or "")
+    with pytest.raises(FenceConfigError, match="^the Python library absent is required$"):
+        absent.require()
+    with _fence.Library("json") as present:
+        import json  # noqa: F401
+    assert present.present
+    with pytest.raises(ValueError), _fence.Library("broken"):
+        int("not a number")
+
+
 class _ExitModule:
     """What ``_fence_module.exit_power`` uses of an ``AnsibleModule``: ``_diff`` and ``exit_json``."""
 

@@ -254,3 +254,20 @@ def test_classify_keeps_status_causes():
     exc.headers = {}
     err = classify(exc)
     assert (err.reason, err.causes) == ("forbidden", ("NamespaceTerminating",))
+
+
+def test_kube_node_checks_the_name_quotes_the_path_and_names_a_missing_node(monkeypatch):
+    with pytest.raises(KubeError, match="^name: the node's name must not be empty$"):
+        _kube.KubeNode(None, "")
+    node = _kube.KubeNode(None, "a/b", dry_run=True)
+    assert node.path == "/api/v1/nodes/a%2Fb"
+    assert node.write_query() == [("dryRun", "All")]
+    assert _kube.KubeNode(None, "n1").write_query() == []
+
+    def missing(client, method, path, **kw):
+        raise KubeError("nodes not found", "not_found", status=404)
+
+    monkeypatch.setattr(_kube, "request", missing)
+    with pytest.raises(KubeError, match="^node 'a/b' not found$") as err:
+        node.get_node()
+    assert err.value.reason == "not_found"
