@@ -55,9 +55,10 @@ MONITOR_NODE = "lab-real-0"
 #: files take a few seconds; the two listed run exhaustive sweeps of the state machines).
 FILE_SECONDS = {
     "test_runner_e2e.py": 566,
-    "test_static_pod_role_defaults.py": 505,  # real nodes (measured with the two below, -n 1, an idle machine)
+    # real nodes (measured with test_static_pod_monitor_pod.py, ./dev test -n 1, load average 8)
+    "test_static_pod_role_defaults.py": 375,
     "test_static_pod_apiserver_node.py": 487,  # real nodes (measured alone, 2026-11, a loaded machine)
-    "test_demo.py": 444,  # the image fixture's ./dev image (216 s), then the demo on its own lab
+    "test_demo.py": 188,  # the demo on its own lab; the image built before by ./dev test's image check
     "test_molecule.py": 384,
     "test_runner_in_cluster.py": 377,  # real nodes
     "test_real_node_fencing.py": 306,  # real nodes
