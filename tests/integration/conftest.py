@@ -7,7 +7,10 @@
   stopped after it;
 * ``powered_on``: the lab, every node powered on and Ready again after the test;
 * ``remediation_image``: the remediation pod image built from this checkout (``./dev image``),
-  once per test run for every pytest-xdist worker.
+  once per test run for every pytest-xdist worker (``./dev test`` builds it beside the tests from
+  their start, :data:`RUN_ID_ENV`);
+* ``monitor_image``: that image imported into the real node lab-real-0's containerd, once per
+  session: the startup-monitor static pods of every module run from it.
 
 The lab itself (``lab``, ``lab_kube``) comes from the ``noderemedy_lab`` pytest plugin, and
 ``run_playbook`` from ``tests/conftest.py``.
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
 import subprocess
 import uuid
 from collections import Counter
@@ -31,7 +35,16 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from runner_harness import CRD_DIR, Runner, delete_nodefences
 
+from noderemedy_lab.realnode import import_image
+
 ROOT = Path(__file__).resolve().parents[2]
+#: The environment variable naming the test run for :func:`remediation_image` in place of
+#: pytest-xdist's ``testrun_uid``: ``./dev test`` sets it and builds the image under that name in
+#: the background from the run's start (its first static check), so that the tests that need the
+#: image, from minutes into the run, find it built instead of building it while they wait.
+RUN_ID_ENV = "NODEREMEDY_TEST_RUN_ID"
+#: The real node whose containerd :func:`monitor_image` imports the remediation pod image into.
+MONITOR_NODE = "lab-real-0"
 
 #: Seconds of tests per file (the lab start-ups of its first test included), measured with
 #: ``--durations=0`` on this machine, for the files that take longest: the scheduling hint of
@@ -42,9 +55,10 @@ ROOT = Path(__file__).resolve().parents[2]
 #: files take a few seconds; the two listed run exhaustive sweeps of the state machines).
 FILE_SECONDS = {
     "test_runner_e2e.py": 566,
-    "test_static_pod_role_defaults.py": 505,  # real nodes (measured with the two below, -n 1, an idle machine)
+    # real nodes (measured with test_static_pod_monitor_pod.py, ./dev test -n 1, load average 8)
+    "test_static_pod_role_defaults.py": 375,
     "test_static_pod_apiserver_node.py": 487,  # real nodes (measured alone, 2026-11, a loaded machine)
-    "test_demo.py": 444,  # the image fixture's ./dev image (216 s), then the demo on its own lab
+    "test_demo.py": 188,  # the demo on its own lab; the image built before by ./dev test's image check
     "test_molecule.py": 384,
     "test_runner_in_cluster.py": 377,  # real nodes
     "test_real_node_fencing.py": 306,  # real nodes
@@ -186,15 +200,19 @@ def remediation_image(testrun_uid: str) -> dict[str, Any]:
     ``build/image/image.json`` (``image``, ``archive``, ``size_bytes``, ``build_s``).
 
     Built once per test run: the xdist workers share ``build/``, so the first one builds under an
-    exclusive lock on ``build/.image.lock`` and stamps ``build/image/.testrun`` with the run's id;
-    the others wait for the lock and reuse that build. A failed build fails the test, never skips it.
+    exclusive lock on ``build/.image.lock`` and stamps ``build/image/.testrun`` with the run's id
+    (``$NODEREMEDY_TEST_RUN_ID`` when set, else pytest-xdist's ``testrun_uid``); the others wait for
+    the lock and reuse that build. ``./dev test`` builds it so before the tests ask (its static
+    check ``image``, first of the background chain, holding the lock from the run's start): a test
+    then waits for what is left of that build at most. A failed build fails the test, never skips it.
     """
+    run_id = os.environ.get(RUN_ID_ENV) or testrun_uid
     build = ROOT / "build"
     build.mkdir(exist_ok=True)
     stamp = build / "image" / ".testrun"
     with (build / ".image.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not stamp.is_file() or stamp.read_text() != testrun_uid:
+        if not stamp.is_file() or stamp.read_text() != run_id:
             out = subprocess.run(
                 [str(ROOT / "dev"), "image"],
                 capture_output=True,
@@ -204,6 +222,17 @@ def remediation_image(testrun_uid: str) -> dict[str, Any]:
                 check=False,
             )
             assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
-            stamp.write_text(testrun_uid)
+            stamp.write_text(run_id)
         doc: dict[str, Any] = json.loads((build / "image" / "image.json").read_text())
     return doc
+
+
+@pytest.fixture(scope="session")
+def monitor_image(lab_real: Any, remediation_image: dict[str, Any]) -> str:
+    """The remediation pod image (built from this checkout), imported into the containerd of
+    :data:`MONITOR_NODE`; its name. Once per session (the node's containerd keeps it for the
+    session): the modules whose startup-monitor static pods run from it share the import, which
+    takes seconds on an idle machine and more than 30 s on a busy one."""
+    info = lab_real.info["real_nodes"][MONITOR_NODE]
+    import_image(info["containerd_socket"], Path(remediation_image["archive"]), "remediation pod image")
+    return str(remediation_image["image"])

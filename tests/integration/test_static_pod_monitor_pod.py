@@ -46,7 +46,6 @@ from ansible_collections.noderemedy.core.plugins.module_utils._static_pod import
     execute,
     monitor_pod,
 )
-from noderemedy_lab.realnode import import_image
 
 pytestmark = [pytest.mark.lab, pytest.mark.kube]
 
@@ -91,14 +90,6 @@ class DirWatch:
         self._stop.set()
         self._thread.join(5)
         os.close(self._fd)
-
-
-@pytest.fixture(scope="module")
-def monitor_image(lab_real, remediation_image: dict) -> str:
-    """The remediation pod image (built from this checkout), imported into lab-real-0's containerd."""
-    info = lab_real.info["real_nodes"][NODE]
-    import_image(info["containerd_socket"], Path(remediation_image["archive"]), "remediation pod image")
-    return str(remediation_image["image"])
 
 
 class MonitoredOperand:
