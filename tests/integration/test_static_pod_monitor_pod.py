@@ -4,8 +4,8 @@ containerd + runc).
 Our installer (``state: install`` with ``startup_monitor``) writes ``etcd-startup-monitor-pod.yaml``
 next to the operand's ``etcd-pod.yaml`` in the kubelet's staticPodPath. The kubelet runs it from the
 remediation pod image (``./dev image``: ansible-core + the collection); the container runs the
-module ad hoc (``state: monitor``, ``in_static_pod: true``) with this checkout's collection mounted
-over the image's copy, so that the code under test is what runs. The operand is the busybox pod of
+module ad hoc (``state: monitor``, ``in_static_pod: true``) from the image's collection, which the
+test run built from this checkout, so that the code under test is what runs. The operand is the busybox pod of
 ``test_static_pod_kubelet.py`` (serves ``/livez``, ``/readyz``, ``/health`` on the node's address).
 
 * a good revision: the monitor pod links last-known-good and removes its own manifest;
