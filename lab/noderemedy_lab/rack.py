@@ -270,12 +270,14 @@ class Rack:
         return {**os.environ, "SNMP_PERSISTENT_DIR": self.lab.info["devices"]["snmp_persistent_dir"]}
 
     # ------------------------------------------------------------------ fence configuration
-    def fence_configuration(self, namespace: str, power: str = "pdu") -> list[dict]:
+    def fence_configuration(self, namespace: str, power: str = "pdu", storage: bool = True) -> list[dict]:
         """The rack's fence configuration in the node remedy seed's format (docs/fence-config.md),
         for a runner in ``namespace`` on the host: per node ``fence-config-<node>`` with isolation
         ``fc-off`` (its switch port), power management ``pdu-off pdu-on`` (its outlet; ``power``
         ``ipmi``: ``ipmi-off ipmi-on`` through its BMC) and recovery ``fc-on``; the PDU and switch
-        templates shared by the rack, one BMC template per node; credentials in Secrets.
+        templates shared by the rack, one BMC template per node; credentials in Secrets. Without
+        ``storage``, power management only (no isolation or recovery step): the device work of a
+        peer that only power-cycles the node, as FAR's ``fence_ipmilan`` does.
 
         A PDU power loss is healed only by the PDU (a BMC power-on cannot bring back a node whose
         outlet is off), so ``power="ipmi"`` suits the switch loss only.
@@ -319,8 +321,10 @@ class Rack:
                 cm(
                     f"fence-config-{n}",
                     {
-                        "config.properties": f"node_name={n}\nisolation=fc-off\n"
-                        f"power_management={power}-off {power}-on\nrecovery=fc-on\n",
+                        "config.properties": f"node_name={n}\n"
+                        + f"isolation={'fc-off' if storage else ''}\n"
+                        + f"power_management={power}-off {power}-on\n"
+                        + f"recovery={'fc-on' if storage else ''}\n",
                         "fence-method-fc-off": f"template=fence-method-template-rack-switch\nplug={self.fc_ports[n]}\naction=off\n",
                         "fence-method-fc-on": f"template=fence-method-template-rack-switch\nplug={self.fc_ports[n]}\naction=on\n",
                         "fence-method-pdu-off": f"template=fence-method-template-rack-pdu\nplug={self.outlets[n]}\naction=off\n",

@@ -95,3 +95,13 @@ def test_the_rack_fence_configuration_parses(tmp_path: Path, power: str) -> None
     }
     with pytest.raises(ValueError, match="power: expected"):
         Rack(FakeLab(tmp_path)).fence_configuration("ns", power="redfish")
+
+
+def test_without_storage_the_rack_fence_configuration_only_powers_the_node(tmp_path: Path) -> None:
+    docs = Rack(FakeLab(tmp_path)).fence_configuration("ns", power="ipmi", storage=False)
+    cms = {d["metadata"]["name"]: d["data"] for d in docs if d["kind"] == "ConfigMap"}
+    templates = {k: v for k, v in cms.items() if k.startswith("fence-method-template-")}
+    for node in NODES:
+        cfg = parse_fence_config(f"fence-config-{node}", cms[f"fence-config-{node}"], templates, node)
+        steps = [[m.name for m in cfg.methods(s)] for s in ("Isolation", "PowerManagement", "Recovery")]
+        assert steps == [[], ["ipmi-off", "ipmi-on"], []]
