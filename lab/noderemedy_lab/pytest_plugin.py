@@ -15,9 +15,11 @@ base ``NODEREMEDY_LAB_PORT_BASE + 600 * N`` (:func:`worker_port_base`) and a wor
 range (``worker_port_base() + offset``): the session lab +0..+14 and +100..+(100 + nodes);
 tests/integration/test_demo.py's demo lab +20..+34 and +120..+124;
 tests/integration/test_lab_cli.py's labs +200..+294 and +300..+381; test_lab_devices.py's
-+420..+474 and +520..+560; free ports picked by tests +580..+599. Tests that share a lab's
-state run in one worker (``./dev test`` distributes by file, ``--dist loadfile``, longest file first:
-tests/integration/conftest.py).
++420..+474 and +520..+560; test_runner_in_cluster_back_to_back.py's lab +382..+400 and
++482..+485 (1 kwok + 3 real BMCs; its cluster-api ports, +422..+424, are never opened); free
+ports picked by tests +580..+599. Tests that share a lab's state run in one worker (``./dev
+test`` distributes by file, ``--dist loadfile``, longest file first: tests/integration/conftest.py);
+the labs of two files of a worker never run at once, the session lab runs beside each.
 
 The test lab's node monitor grace period is :data:`TEST_GRACE_PERIOD` (the demo's lab keeps the
 default, 20 s): tests wait for the real node lifecycle controller, and a shorter period is a shorter
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -102,13 +105,14 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         items[:] = rest + real
 
 
-@pytest.fixture(scope="session")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    """A started :class:`~noderemedy_lab.lab.Lab`; stopped (and checked stopped) after the session."""
-    workdir = tmp_path_factory.mktemp("lab", numbered=True)
-    os.chmod(workdir.parent, 0o755)  # snmpsim drops to 'nobody' and must reach its data
-    the_lab = Lab(lab_config(workdir))
-    the_lab.start(progress=lambda line: print(f"[lab] {line}", flush=True), defer_real_nodes=True)
+@contextmanager
+def running_lab(config: LabConfig, defer_real_nodes: bool = False) -> Iterator[Lab]:
+    """A :class:`~noderemedy_lab.lab.Lab` of ``config`` started for the block, then stopped and
+    checked stopped: no process it started and no real node's namespace, link or cgroup is left
+    (a leftover would be found by the next lab on the same port base)."""
+    os.chmod(config.workdir.parent, 0o755)  # snmpsim drops to 'nobody' and must reach its data
+    the_lab = Lab(config)
+    the_lab.start(progress=lambda line: print(f"[lab] {line}", flush=True), defer_real_nodes=defer_real_nodes)
     try:
         yield the_lab
     finally:
@@ -121,6 +125,14 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
 
             rest = leftovers(the_lab.config)
             assert not rest, f"real nodes left behind after stop: {rest}"
+
+
+@pytest.fixture(scope="session")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    """A started :class:`~noderemedy_lab.lab.Lab`; stopped (and checked stopped) after the session."""
+    workdir = tmp_path_factory.mktemp("lab", numbered=True)
+    with running_lab(lab_config(workdir), defer_real_nodes=True) as the_lab:
+        yield the_lab
 
 
 @pytest.fixture(scope="session")

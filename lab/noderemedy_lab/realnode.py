@@ -365,6 +365,11 @@ class RealNodes:
             "registerWithTaints": [REAL_TAINT],
             "healthzBindAddress": "127.0.0.1",
             "shutdownGracePeriod": "0s",
+            # the node Lease renewed every quarter of LabConfig.node_lease_seconds (2.5 s), as
+            # kwok's nodes do: with the kubelet's default (40 s, renewed every 10 s) a renewal a
+            # little late on a loaded host outlasts the test lab's 10 s grace period, and a healthy
+            # node reads NotReady until the kubelet's next status update, up to 10 s later
+            "nodeLeaseDurationSeconds": self.cfg.node_lease_seconds,
         }
         (d / "kubelet.yaml").write_text(yaml.safe_dump(kubelet_cfg, sort_keys=False))
         kubelet_kc = self._kubeconfig(d / "kubelet.kubeconfig", f"node-{name}", f"system:node:{name}")

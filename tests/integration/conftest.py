@@ -63,6 +63,9 @@ FILE_SECONDS = {
     "test_runner_in_cluster.py": 377,  # real nodes
     "test_real_node_fencing.py": 306,  # real nodes
     "test_runner_safe_return.py": 263,
+    # its own lab with 3 real nodes (its start-up included, the run's image build not), -n 0, a
+    # loaded machine
+    "test_runner_in_cluster_back_to_back.py": 200,
     "test_static_pod_kubelet.py": 160,  # real nodes
     "test_static_pod_monitor_pod.py": 135,  # real nodes
     "test_runner_e2e_devices.py": 196,
