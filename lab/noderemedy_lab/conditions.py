@@ -22,27 +22,49 @@ from typing import Any
 from .config import HOLD_CONDITIONS_ANNOTATION
 from .procs import ComponentError
 
+#: Seconds :func:`hold` waits at most for kwok's heartbeats to stop (it returns as soon as they
+#: have): on an idle machine the one kwok had scheduled plays within ``node_heartbeat_seconds``
+#: times 2.25, later when kwok is starved of CPU (a test suite's parallel labs).
+HOLD_WAIT_SECONDS = 60.0
 
-def _heartbeat(lab: Any, node: str) -> str:
+
+def _node(lab: Any, node: str) -> dict[str, Any]:
     out = lab.kubectl("get", "node", node, "-o", "json", check=True)
-    for cond in json.loads(out.stdout).get("status", {}).get("conditions") or []:
+    return dict(json.loads(out.stdout))
+
+
+def _heartbeat(obj: dict[str, Any]) -> str:
+    for cond in obj.get("status", {}).get("conditions") or []:
         if cond.get("type") == "Ready":
             return str(cond.get("lastHeartbeatTime"))
     return ""
 
 
 def hold(lab: Any, node: str) -> None:
-    """Stop kwok's status heartbeat of kwok node ``node`` (it stays Ready on its Lease). Returns
-    once the heartbeat kwok had already scheduled has played (it checks the Stage's selector when
-    it schedules, not when it plays), or the longest heartbeat delay
-    (``node_heartbeat_seconds`` times 2.25) has passed without one. Raises ComponentError when
-    kubectl fails."""
-    before = _heartbeat(lab, node)
+    """Stop kwok's status heartbeat of kwok node ``node`` (it stays Ready on its Lease). kwok checks
+    the Stage's selector when it schedules a heartbeat, not when it plays it, and reads the node
+    from its own watch, which lags under load: a heartbeat scheduled before kwok saw the annotation
+    would reset the conditions a test writes next. So this returns once a heartbeat has played
+    after the annotation and none followed it within the longest heartbeat delay
+    (``node_heartbeat_seconds`` times 2.25 plus 1 s); at once when the node is held already; after
+    :data:`HOLD_WAIT_SECONDS` at the most (a node kwok does not heartbeat: powered off). Raises
+    ComponentError when kubectl fails."""
+    obj = _node(lab, node)
+    if (obj.get("metadata", {}).get("annotations") or {}).get(HOLD_CONDITIONS_ANNOTATION) == "true":
+        return
+    last = _heartbeat(obj)
     out = lab.kubectl("annotate", "node", node, f"{HOLD_CONDITIONS_ANNOTATION}=true", "--overwrite")
     if out.returncode != 0:
         raise ComponentError("kubectl", f"annotate node {node}: {out.stderr.strip()}")
-    deadline = time.monotonic() + lab.config.node_heartbeat_seconds * 2.25 + 1.0
-    while time.monotonic() < deadline and _heartbeat(lab, node) == before:
+    longest = lab.config.node_heartbeat_seconds * 2.25 + 1.0
+    deadline = time.monotonic() + HOLD_WAIT_SECONDS
+    quiet_from: float | None = None
+    while time.monotonic() < deadline:
+        beat = _heartbeat(_node(lab, node))
+        if beat != last:
+            last, quiet_from = beat, time.monotonic()
+        elif quiet_from is not None and time.monotonic() - quiet_from >= longest:
+            return
         time.sleep(0.2)
 
 
