@@ -562,7 +562,11 @@ class Lab:
             if all(s in want for s in states.values()):
                 return states
             if time.monotonic() > deadline:
-                raise ComponentError("kube", f"nodes not {sorted(want)} after {timeout:.0f} s: {states}")
+                late = [n for n, s in states.items() if s not in want and self.real and n in self.real.names]
+                said = "".join(f"\n{self.real.report(n)}" for n in late) if self.real else ""
+                raise ComponentError(
+                    "kube", f"nodes not {sorted(want)} after {timeout:.0f} s: {states}{said}"
+                )
             time.sleep(0.25)
 
     def status(self) -> dict[str, str]:

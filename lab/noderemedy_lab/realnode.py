@@ -474,6 +474,21 @@ class RealNodes:
                     break
             raise ComponentError(component, f"exited with {proc.popen.returncode}; log {proc.log}:\n{text}")
 
+    def report(self, name: str) -> str:
+        """What node ``name`` says when it does not come back: whether its init runs, and the last
+        lines of the init's log and of its containerd's (both are gone with the lab's workdir)."""
+        proc = self.sup.procs.get(f"node {name}")
+        state = (
+            "no init"
+            if proc is None
+            else "init running"
+            if proc.alive()
+            else f"init exited {proc.popen.returncode}"
+        )
+        containerd = Path(self.specs[name]["logdir"]) / f"containerd-{name}.log"
+        init = tail(proc.log, 8) if proc is not None else ""
+        return f"{name}: {state}; init log:\n{init}\ncontainerd log:\n{tail(containerd, 5)}"
+
     def _power(self, name: str) -> str:
         path = self.power_files.get(name)
         if path is None:
