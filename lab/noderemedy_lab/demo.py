@@ -1,12 +1,13 @@
 """The demo (README command one): a node dies, the cluster heals itself, on the embedded lab, with
 the runner deployed as users deploy it.
 
-1. Start the lab with two real nodes (kubelet + containerd + runc, each in its own network
+1. Start the lab with three real nodes (kubelet + containerd + runc, each in its own network
    namespace) beside the kwok nodes, building the control plane the first time (minutes, with
    progress).
 2. Import the remediation pod image (built by ``./dev image``) into the real nodes and deploy the
    runner with ``kubectl apply -k`` through the lab's overlay of deploy/, with a Configuration of
-   a short detection period; two replicas, one leader.
+   a short detection period; three replicas, one per real node, one leader (deploy/'s layout:
+   a failure of the leader's node right after another node's still finds a Ready follower).
 3. Install the fence configuration of every node in the runner's namespace (ConfigMaps in the
    seed's format: isolation = the node's FC port off, power management = IPMI off then on,
    recovery = FC port on; credentials in Secrets). The runner pods reach the BMCs and the FC
@@ -51,20 +52,26 @@ from noderemedy_runner.machines.actions import OUT_OF_SERVICE_TAINT_KEY as OUT_O
 
 from .bmc import power_sets
 from .config import LabConfig
+from .demo_output import PICTURES, RESULTS, write_pictures, write_results
 from .lab import Lab
 from .procs import ComponentError
 from .realnode import SHARED_MOUNT
-from .timeline import Recorder, render, writer_spans
+from .timeline import Recorder, writer_spans
 from .workload import failover_figures, prefer_node, uptime, writer_statefulset, writes
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMESPACE = "noderemedy-system"  # the runner's own (deploy/namespace.yaml)
 APP_NAMESPACE = "demo"
+#: The runner's replicas and the lab's real nodes, one replica each: deploy/'s own count (the lab's
+#: overlay lowers it to the test lab's two real nodes; docs/operations.md "Availability of the
+#: runner itself").
+REPLICAS = next(
+    int(d["spec"]["replicas"])
+    for d in yaml.safe_load_all((ROOT / "deploy" / "runner" / "deployment.yaml").read_text())
+    if d and d["kind"] == "Deployment"
+)
 OVERLAY = ROOT / "lab" / "deploy"
 IMAGE_INFO = ROOT / "build" / "image" / "image.json"
-RESULTS = ROOT / "bench" / "results" / "e2e.json"
-PICTURES = ROOT / "build" / "demo"
-TITLES = {"power_cut": "Power cut", "partition": "Network partition"}
 LOG_NAME = "demo.log"
 
 
@@ -178,8 +185,10 @@ def runner_configuration(period: int) -> str:
 
 
 def overlay(workdir: Path, period: int) -> Path:
-    """A kustomization over the lab's overlay (``lab/deploy``) that only replaces the runner's
-    Configuration (``noderemedy-config``) with :func:`runner_configuration`; returns its dir."""
+    """A kustomization over the lab's overlay (``lab/deploy``) that replaces the runner's
+    Configuration (``noderemedy-config``) with :func:`runner_configuration` and runs deploy/'s
+    :data:`REPLICAS` replicas again (the lab's overlay has two, for the test lab's two real nodes);
+    returns its dir."""
     out = workdir / "demo-deploy"
     out.mkdir(parents=True, exist_ok=True)
     patch = {
@@ -192,7 +201,13 @@ def overlay(workdir: Path, period: int) -> Path:
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
         "resources": [os.path.relpath(OVERLAY, out)],
-        "patches": [{"patch": yaml.safe_dump(patch)}],
+        "patches": [
+            {"patch": yaml.safe_dump(patch)},
+            {
+                "target": {"kind": "Deployment", "name": "noderemedy-runner"},
+                "patch": yaml.safe_dump([{"op": "replace", "path": "/spec/replicas", "value": REPLICAS}]),
+            },
+        ],
     }
     (out / "kustomization.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
     return out
@@ -200,7 +215,7 @@ def overlay(workdir: Path, period: int) -> Path:
 
 def deploy_runner(lab: Lab, image: Path, period: int) -> None:
     """Import the image into the real nodes, install the CRDs and deploy the runner; returns when
-    both replicas are Ready and one holds the leader Lease."""
+    its :data:`REPLICAS` replicas are Ready and one holds the leader Lease."""
     lab.import_image(image)
     crds = lab.kubectl("apply", "--server-side", "-f", str(ROOT / "deploy" / "crds"))
     if crds.returncode != 0:
@@ -208,7 +223,7 @@ def deploy_runner(lab: Lab, image: Path, period: int) -> None:
     out = lab.kubectl("apply", "--server-side", "-k", str(overlay(lab.config.workdir, period)))
     if out.returncode != 0:
         raise ComponentError("kubectl apply -k (the runner)", out.stderr.strip())
-    _wait("two Ready runner pods", 240, lambda: len(runner_pods(lab, ready_only=True)) == 2)
+    _wait(f"{REPLICAS} Ready runner pods", 240, lambda: len(runner_pods(lab, ready_only=True)) == REPLICAS)
     _wait("the runner's leader Lease", 60, lambda: leader_node(lab))
 
 
@@ -467,7 +482,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = LabConfig(
         workdir=Path(args.workdir),
         nodes=3,
-        real_nodes=2,
+        real_nodes=REPLICAS,
         port_base=args.port_base,
         node_monitor_grace_period=args.grace_period,
     )
@@ -490,7 +505,7 @@ def run(args: argparse.Namespace) -> int:
         t0 = time.monotonic()
         deploy_runner(lab, archive, args.period)
         _say(
-            f"-- runner deployed (kubectl apply -k, 2 replicas, leader on {leader_node(lab)}) in {time.monotonic() - t0:.1f} s"
+            f"-- runner deployed (kubectl apply -k, {REPLICAS} replicas, leader on {leader_node(lab)}) in {time.monotonic() - t0:.1f} s"
         )
         real = lab.info["real_node_names"]
         _apply(
@@ -525,36 +540,6 @@ def run(args: argparse.Namespace) -> int:
             _say(f"-- lab left running (--keep); stop it with: noderemedy-lab --workdir {cfg.workdir} down")
         else:
             lab.stop()
-
-
-def write_pictures(figures: dict[str, dict], out_dir: Path) -> list[Path]:
-    """``<out_dir>/timeline-<scenario>.png`` and ``.svg`` of every scenario recorded
-    (:func:`~.timeline.render`); returns the paths written."""
-    paths = []
-    for kind, fig in figures.items():
-        title = f"{TITLES.get(kind, kind)} of {fig['node']}"
-        paths += render(fig, title, out_dir / f"timeline-{kind}")
-    _say(f"-- timeline pictures: {', '.join(str(p) for p in paths)}")
-    return paths
-
-
-def write_results(figures: dict[str, dict], cfg: LabConfig, period: int, out: Path = RESULTS) -> None:
-    """``out`` (``bench/results/e2e.json``): the power cut's timeline as ``cases`` and every
-    scenario's figures under ``scenarios`` (with the recorded ``trace`` and ``writers`` the
-    timeline pictures are drawn from)."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    timeline = figures.get("power_cut", {}).get("timeline", {})
-    doc = {
-        "description": "noderemedy demo on real nodes, the runner deployed in the cluster: seconds from the "
-        f"power cut to each step (lab: node-monitor-grace-period {cfg.node_monitor_grace_period} s, "
-        f"detection period {period} s); scenarios: power cut and network partition of web-0's real node",
-        "cases": [{"case": case, "seconds": secs} for case, secs in timeline.items()],
-        "scenarios": figures,
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "load_average": [round(x, 2) for x in os.getloadavg()],
-    }
-    out.write_text(json.dumps(doc, indent=1) + "\n")
-    _say(f"-- figures written to {out}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,7 +13,7 @@ Under pytest-xdist each worker is its own session with its own lab: worker ``gwN
 base ``NODEREMEDY_LAB_PORT_BASE + 600 * N`` (:func:`worker_port_base`) and a workdir under its own
 ``tmp_path_factory`` base, so the labs of parallel workers share nothing. Within a worker's
 range (``worker_port_base() + offset``): the session lab +0..+14 and +100..+(100 + nodes);
-tests/integration/test_demo.py's demo lab +20..+34 and +120..+124;
+tests/integration/test_demo.py's demo lab +20..+34 and +120..+125;
 tests/integration/test_lab_cli.py's labs +200..+294 and +300..+381; test_lab_devices.py's
 +420..+474 and +520..+560; test_runner_in_cluster_back_to_back.py's lab +382..+400 and
 +482..+485 (1 kwok + 3 real BMCs; its cluster-api ports, +422..+424, are never opened); free

@@ -25,7 +25,7 @@ from noderemedy_lab.pytest_plugin import worker_port_base
 pytestmark = [pytest.mark.lab]
 
 ROOT = Path(__file__).resolve().parents[2]
-#: The demo lab's ports: this worker's base + 20 .. +34 and +120 .. +124 (3 kwok + 2 real BMCs).
+#: The demo lab's ports: this worker's base + 20 .. +34 and +120 .. +125 (3 kwok + 3 real BMCs).
 PORT_OFFSET = 20
 #: What a user reads as a failure.
 ERROR_LINE = re.compile(r"Errno|Traceback|!!")

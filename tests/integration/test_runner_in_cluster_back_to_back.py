@@ -34,14 +34,12 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kube_helpers import apply, kjson, wait_for
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -51,7 +49,7 @@ from test_runner_in_cluster import NS, ready, runner_pods
 
 from noderemedy_lab.bmc import power_sets
 from noderemedy_lab.config import LabConfig
-from noderemedy_lab.demo import fence_configuration, overlay
+from noderemedy_lab.demo import REPLICAS, fence_configuration, overlay
 from noderemedy_lab.lab import Lab
 from noderemedy_lab.pytest_plugin import (
     TEST_GRACE_PERIOD,
@@ -67,12 +65,6 @@ pytestmark = [pytest.mark.lab, pytest.mark.kube]
 ROOT = Path(__file__).resolve().parents[2]
 #: This module's lab: this worker's base + 382 .. +400 and +482 .. +485 (1 kwok + 3 real BMCs).
 PORT_OFFSET = 382
-#: deploy/'s replica count (the lab's overlay lowers it to the session lab's two real nodes).
-REPLICAS = next(
-    int(d["spec"]["replicas"])
-    for d in yaml.safe_load_all((ROOT / "deploy" / "runner" / "deployment.yaml").read_text())
-    if d and d["kind"] == "Deployment"
-)
 #: Seconds of NotReady before the runner's detector creates a NodeFence (the demo's default).
 PERIOD = 2
 #: Seconds each failure may take to its NodeFence Final: a bound for a loaded 2-core machine, not
@@ -98,25 +90,6 @@ def lab3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     )
     with running_lab(cfg) as lab:
         yield lab
-
-
-def kustomization(workdir: Path) -> Path:
-    """A kustomization over the demo's (the lab's overlay of deploy/ with a Configuration of
-    :data:`PERIOD` s) that puts the replicas back to deploy/'s :data:`REPLICAS`; returns its dir."""
-    base = overlay(workdir, PERIOD)
-    out = workdir / "back-to-back-deploy"
-    out.mkdir(parents=True, exist_ok=True)
-    patch = [{"op": "replace", "path": "/spec/replicas", "value": REPLICAS}]
-    doc = {
-        "apiVersion": "kustomize.config.k8s.io/v1beta1",
-        "kind": "Kustomization",
-        "resources": [os.path.relpath(base, out)],
-        "patches": [
-            {"target": {"kind": "Deployment", "name": "noderemedy-runner"}, "patch": json.dumps(patch)}
-        ],
-    }
-    (out / "kustomization.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
-    return out
 
 
 def ready_pods(lab: Any) -> list[dict]:
@@ -177,7 +150,7 @@ def deployed(lab3: Lab, remediation_image: dict[str, Any], tmp_path_factory: pyt
         tmp_path_factory.mktemp("fences"),
         *fence_configuration(lab3, lab3.info["devices"]["relay_host"]),
     )
-    out = lab3.kubectl("apply", "--server-side", "-k", str(kustomization(lab3.config.workdir)))
+    out = lab3.kubectl("apply", "--server-side", "-k", str(overlay(lab3.config.workdir, PERIOD)))
     assert out.returncode == 0, out.stderr
     spread(lab3)
     print(
