@@ -562,10 +562,13 @@ class Lab:
             if all(s in want for s in states.values()):
                 return states
             if time.monotonic() > deadline:
-                late = [n for n, s in states.items() if s not in want and self.real and n in self.real.names]
-                said = "".join(f"\n{self.real.report(n)}" for n in late) if self.real else ""
+                off = {n: s for n, s in states.items() if s not in want}
+                real = [n for n in off if self.real and n in self.real.names]
+                said = "".join(f"\n{self.real.report(n)}" for n in real) if self.real else ""
+                some = dict(list(off.items())[:20])
                 raise ComponentError(
-                    "kube", f"nodes not {sorted(want)} after {timeout:.0f} s: {states}{said}"
+                    "kube",
+                    f"{len(off)} of {len(states)} nodes not {sorted(want)} after {timeout:.0f} s: {some}{said}",
                 )
             time.sleep(0.25)
 

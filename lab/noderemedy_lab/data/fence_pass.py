@@ -95,10 +95,14 @@ def o(s):
     return tuple(int(x) for x in s.strip(".").split("."))
 
 
-def table(st):
-    """dict oid-tuple -> (type, value, setter-or-None)."""
+def table(st, only=None):
+    """dict oid-tuple -> (type, value, setter-or-None); with ``only`` (a set of port keys), the rows
+    of those ports alone (a GET or SET names one OID: building the rows of a 1,000-outlet PDU for
+    each varbind made a rack's one SET of 100 outlets outlast snmpset's timeout)."""
     t = {}
     ports = sorted(st["ports"], key=int)
+    if only is not None:
+        ports = [p for p in ports if p in only]
     if PROFILE == "apc-rpdu":
         for p in ports:
             n = int(p)
@@ -125,7 +129,7 @@ def table(st):
             t[o(f"1.3.6.1.4.1.318.1.1.4.4.2.1.3.{n}")] = ("integer", on, setter)
             t[o(f"1.3.6.1.4.1.318.1.1.4.4.2.1.4.{n}")] = ("string", name, None)
     elif PROFILE == "fcswitch":
-        t[o("1.3.6.1.2.1.2.1.0")] = ("integer", len(ports), None)  # ifNumber
+        t[o("1.3.6.1.2.1.2.1.0")] = ("integer", len(st["ports"]), None)  # ifNumber
         for p in ports:
             n = int(p)
             adm = st["ports"][p]
@@ -163,7 +167,8 @@ def answer(cmd, oid, typval):
     with open(LOCK, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         st = load()
-        t = table(st)
+        # a GET or SET names the row's port last: outlet N, ifIndex N, or fcFxPort N-1
+        t = table(st) if cmd == "getnext" else table(st, only={str(oid[-1]), str(oid[-1] + 1)})
         if cmd == "get":
             if oid in t:
                 typ, val, _ = t[oid]
