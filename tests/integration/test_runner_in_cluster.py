@@ -280,13 +280,15 @@ def test_the_runner_pods_fence_a_failed_real_node_before_its_pod_runs_elsewhere(
     before = placement(deployed)
     t0 = time.monotonic()
     spread_replicas(deployed)
-    print(
-        f"\nFIGURE in-cluster {kind} replicas: {before} -> {placement(deployed)} after {time.monotonic() - t0:.1f} s"
-    )
+    took = time.monotonic() - t0
     if len({n for _, n in before}) < len(before):
         moved = kjson(deployed, "-n", NS, "get", "events", "--field-selector", "reason=ReplicaRespread")
         assert moved["items"], "the replicas were spread, but not by the runner's ReplicaRespread"
-    leader_pod(deployed)
+    # (a leader on the failed node costs the takeover: the Lease's 15 s before a standby acts)
+    lead = leader_pod(deployed)
+    print(
+        f"\nFIGURE in-cluster {kind} replicas: {before} -> {placement(deployed)} after {took:.1f} s; leader {lead}"
+    )
     fail = deployed.partition if kind == "partition" else deployed.power_off
     no_runner: Callable[[], None] = lambda: None  # noqa: E731 - the Deployment's pods are the runner
     fig = scenario(
