@@ -297,6 +297,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--leader-elect-lease-name", default="noderemedy-runner", metavar="NAME", help="(default %(default)s)"
     )
     ha.add_argument(
+        "--no-respread",
+        dest="respread",
+        action="store_false",
+        help="with --leader-elect in a pod (POD_NAME/POD_NAMESPACE): do not keep the runner's own "
+        "replicas spread; by default the leader evicts (Eviction API, within the "
+        "PodDisruptionBudget) a replica that shares a node with another while a node it may run on "
+        "hosts none, as the descheduler's RemoveDuplicates does (docs/operations.md)",
+    )
+    ha.add_argument(
         "--identity",
         default=None,
         help="this replica's name in Leases and Events (default: hostname + random suffix)",

@@ -8,6 +8,9 @@ It runs two loops in one process, only on the elected replica when ``--leader-el
 * the **watcher** (:mod:`noderemedy_runner.loops.watcher`): reconciles NodeFence and opted-in
   Metal3Remediation objects by running the collection's playbooks with ansible-runner.
 
+With ``--leader-elect`` in a pod, the leader also keeps the runner's own replicas spread over nodes
+(:mod:`noderemedy_runner.loops.respread`; ``--no-respread`` turns it off).
+
 Exit codes: 0 after SIGTERM/SIGINT (Lease released), 1 when leadership was lost or the API
 server cannot be reached at start, 2 on bad flags or a bad Configuration. Once the service has
 stopped, the process ends at once (:func:`leave`), without the interpreter's slow finalization.
@@ -165,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def start_work() -> None:
         from noderemedy_runner.loops.detector import Detector
+        from noderemedy_runner.loops.respread import Respreader, in_cluster
 
         metrics.set_leader(True)
         detector = None
@@ -217,6 +221,18 @@ def main(argv: list[str] | None = None) -> int:
             w = threading.Thread(target=watcher.run, args=(work_stop,), name="watcher", daemon=True)
             w.start()
             threads.append(w)
+        respread_pod = in_cluster() if args.leader_elect and args.respread else None
+        if respread_pod is not None:
+            respreader = Respreader(
+                api,
+                pod_name=respread_pod[0],
+                namespace=respread_pod[1],
+                observer=metrics,
+                dry_run=args.dry_run,
+            )
+            r = threading.Thread(target=respreader.run, args=(work_stop,), name="respread", daemon=True)
+            r.start()
+            threads.append(r)
         if detector is None or detector.ready.wait(90):
             health.set_ready(True, "leading" if args.leader_elect else "running")
         log.info(

@@ -25,6 +25,9 @@ adds what the detector reports. Metric names (all prefixed ``noderemedy_``):
 ``fence_device_healthy{template,plug,device_type}`` gauge      1 answered a status read, else 0
 ``fence_device_checks_total{template,plug,reason}`` counter    reason: FenceDeviceHealthy, …
 ``fence_config_valid{configmap}``                   gauge      1 parsed, 0 FenceConfigInvalid
+``replica_respreads_total{result}``                 counter    evictions of the runner's own
+                                                               replicas sharing a node
+                                                               (result: evicted, refused, failed)
 ==================================================  =========  ==============================
 """
 
@@ -142,6 +145,14 @@ class Metrics:
             registry=r,
         )
 
+        self.respreads = Counter(
+            "noderemedy_replica_respreads",
+            "Evictions the leader asked for of its own replicas sharing a node while a node hosted "
+            "none, by result (evicted; refused: 429, the PodDisruptionBudget; failed)",
+            ["result"],
+            registry=r,
+        )
+
     @staticmethod
     def _safe(fn: Any, *args: Any) -> None:
         try:
@@ -225,6 +236,10 @@ class Metrics:
     def fence_config_checked(self, configmap: str, valid: bool) -> None:
         """A fence ConfigMap was validated."""
         self._safe(lambda: self.config_valid.labels(configmap).set(1 if valid else 0))
+
+    def replica_respread(self, result: str) -> None:
+        """The leader asked to evict one of its replicas (``noderemedy_runner.loops.respread``)."""
+        self._safe(lambda: self.respreads.labels(result).inc())
 
     def set_leader(self, leading: bool) -> None:
         """Whether this replica leads."""
