@@ -141,6 +141,8 @@ class RackObserver(Observer):
             st = obj.get("status") or {}
             conds = {c["type"]: c["status"] for c in st.get("conditions") or ()}
             verified, final = conds.get("FenceVerified") == "True", st.get("status") == "Final"
+        if node not in self.watched:  # a node outside the rack (--rack: the rest of the lab)
+            return
         now = time.monotonic()
         with self.lock:
             self.fenced.setdefault(node, now)
