@@ -57,6 +57,7 @@ import json
 import os
 import platform
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -455,6 +456,8 @@ def main() -> int:
     ap.add_argument("--plot", type=Path, default=tables.RELEASE_PLOT,
                     help="the per-node release plot, ours against FAR (.png and .svg; drawn when both ran)")  # fmt: skip
     args = ap.parse_args()
+    # a SIGTERM (a CI timeout, kill) unwinds like Ctrl-C: the lab and the runner are stopped
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if "job" in args.executors.split(","):
         ap.error(f"--executors job: {JOB_NOT_MEASURED}")
     began = datetime.now(UTC).isoformat(timespec="seconds")
