@@ -9,7 +9,7 @@ ports 1.7, ``ansible-playbook`` included: most of a call is Python and Ansible s
 device (:func:`shared_key`), and a batch whose nodes' first method is on one such device gets
 the extra variable ``noderemedy_shared_device`` (:func:`shared_device`): the playbook's first play
 switches all their plugs in one call, and each node then takes *its own plug's* read-back as its
-method's result (``roles/fence_step/tasks/method.yml``); a node whose plug did not read back the
+method's result (``roles/fence_step/tasks/main.yml``); a node whose plug did not read back the
 wanted state, or a call that failed, falls back to a call of its own, as without a batch.
 
 Only the first method of a run is shared: the runner runs one segment of a step per run (a power
