@@ -37,7 +37,7 @@ from kubernetes import client
 
 from noderemedy_runner.executor import Executor, RunRequest
 from noderemedy_runner.job_manifests import JOB_ENV, OWNER_KINDS, TERMINATION_LOG, job_manifest, job_name
-from noderemedy_runner.kube.client import api
+from noderemedy_runner.kube.client import api, own_pod_name
 from noderemedy_runner.kube.errors import KubeError, NotFound
 from noderemedy_runner.kube.resources import read_json
 from noderemedy_runner.machines.actions import Action
@@ -401,9 +401,10 @@ def owned_by(job: Mapping[str, Any], uid: str) -> bool:
 def own_pod(api_client: client.ApiClient) -> dict[str, Any]:
     """The runner's own pod (``$POD_NAME`` in ``$POD_NAMESPACE``, the Deployment's downward API).
     Raises ValueError when they are not set (the Job executor runs only in a pod)."""
-    name, namespace = os.environ.get("POD_NAME"), os.environ.get("POD_NAMESPACE")
-    if not name or not namespace:
+    pod = own_pod_name()
+    if pod is None:
         raise ValueError("--executor job: POD_NAME and POD_NAMESPACE must be set (it runs in a pod)")
+    name, namespace = pod
     core = api(api_client, client.CoreV1Api)
     return read_json(core.read_namespaced_pod(name, namespace, _preload_content=False))
 

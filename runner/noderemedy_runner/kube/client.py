@@ -10,6 +10,7 @@ with its own, longer timeout.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -22,6 +23,13 @@ from noderemedy_runner.kube.errors import TRANSPORT_ERRORS, classify
 REQUEST_TIMEOUT: tuple[float, float] = (5.0, 30.0)
 
 T = TypeVar("T")
+
+
+def own_pod_name() -> tuple[str, str] | None:
+    """``(POD_NAME, POD_NAMESPACE)`` of the runner's own pod when both are set (the Deployment's
+    downward API: it runs in a pod), else None."""
+    name, namespace = os.environ.get("POD_NAME"), os.environ.get("POD_NAMESPACE")
+    return (name, namespace) if name and namespace else None
 
 
 def new_client(kubeconfig: Path | None = None) -> client.ApiClient:
@@ -87,4 +95,4 @@ def api(
     return proxy  # type: ignore[no-any-return]
 
 
-__all__ = ["REQUEST_TIMEOUT", "api", "new_client"]
+__all__ = ["REQUEST_TIMEOUT", "api", "new_client", "own_pod_name"]

@@ -23,7 +23,6 @@ off. RBAC: ``list`` pods and nodes, ``create`` pods/eviction and events (deploy/
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -32,6 +31,7 @@ from typing import Any, Protocol
 from kubernetes import client
 
 from noderemedy_runner.kube.client import api as kapi
+from noderemedy_runner.kube.client import own_pod_name as in_cluster
 from noderemedy_runner.kube.errors import KubeError, NotFound
 from noderemedy_runner.kube.events import EventRecorder
 from noderemedy_runner.kube.resources import read_json
@@ -75,12 +75,6 @@ class NullRespreadObserver:
 
     def replica_respread(self, result: str) -> None:
         """Nothing."""
-
-
-def in_cluster() -> tuple[str, str] | None:
-    """``(POD_NAME, POD_NAMESPACE)`` when both are set (the runner runs in a pod), else None."""
-    name, namespace = os.environ.get("POD_NAME"), os.environ.get("POD_NAMESPACE")
-    return (name, namespace) if name and namespace else None
 
 
 class Respreader:
