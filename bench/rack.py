@@ -444,7 +444,7 @@ def main() -> int:
     ap.add_argument("--port-base", type=int, default=int(os.environ.get("NODEREMEDY_LAB_PORT_BASE", "30400")))
     ap.add_argument("--executors", default="inprocess", help="inprocess (the Job executor: not yet)")
     ap.add_argument("--max-power-fencing", default="default,rack",
-                    help="comma-separated settings: 'default' (the runner's own), 'rack' (= --nodes) or N")  # fmt: skip
+                    help="comma-separated settings: 'default' (the runner's own), 'rack' (the rack's nodes) or N")  # fmt: skip
     ap.add_argument("--far-src", type=Path, default=None, help="a fence-agents-remediation checkout")
     ap.add_argument("--no-single", action="store_true", help="skip the single-node power cut")
     ap.add_argument("--rack", type=int, default=None, metavar="N",

@@ -102,9 +102,9 @@ def write_sysctl(name: str, value: str) -> None:
     Path("/proc/sys", *name.split(".")).write_text(value)
 
 
-#: Seconds containerd gets to answer on its socket after it starts. A boot right after a power cut,
-#: on a host running three labs and the static checks, has taken longer than 30 s; a node whose
-#: containerd is late is not a failed node.
+#: Seconds containerd gets to answer on its socket after it starts: a boot right after a power cut,
+#: on a host running three labs and the static checks, is slow, and a node whose containerd is late
+#: is not a failed node (a failed boot stays down until the next power cut).
 CONTAINERD_START_SECONDS = 120.0
 
 #: Seconds one ``ctr version`` probe may take before it counts as "not answering yet".
