@@ -5,8 +5,8 @@ tasks, the results of the fencing module tasks in the order they ran (:class:`Mo
 ``fence`` evidence of ``noderemedy.core.ipmi_power``/``pdu_outlet``/``fc_port``), what the fence
 step's release task did (:class:`Release`) and the fence evidence the run itself chose
 (:class:`StepEvidence`: the result of the fence step role's evidence task,
-``roles/fence_step/tasks/evidence.yml``, the one place the rule "which read-back is a verified
-fence" lives), which :func:`fence_reading` turns into the
+``roles/fence_step/tasks/evidence.yml``, which applies the rule "which read-back is a verified
+fence" from the one place it lives, the filter ``plugins/filter/fence_evidence.py``), which :func:`fence_reading` turns into the
 :class:`~noderemedy_runner.machines.actions.FenceReading` the machines reason about.
 
 Everything here is pure parsing of job events (:func:`outcome_from_events`): the same on a live

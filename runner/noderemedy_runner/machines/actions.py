@@ -111,7 +111,8 @@ class FenceReading:
     ``stonith_admin --confirm``; the admin's verified fence, recorded as such in an Event).
     ``source`` names what was read (a fence method, a BareMetalHost); ``observed_at`` is seconds
     since the epoch. Built by the executor from what a run's own evidence task chose
-    (``roles/fence_step/tasks/evidence.yml``, the one place the rule lives:
+    (``roles/fence_step/tasks/evidence.yml``, by the rule of the filter
+    ``plugins/filter/fence_evidence.py``, the one place it lives;
     :func:`noderemedy_runner.outcomes.fence_reading`), from a BareMetalHost's power read-back, or
     from an admin's confirmation.
     """
