@@ -60,6 +60,12 @@ def node_stages(heartbeat_seconds: float = 20.0) -> list[dict]:
     return stages
 
 
+def kwok_workers(nodes: int) -> int:
+    """kwok's workers for node Leases and for node Stages (heartbeats) in a lab of ``nodes`` kwok
+    nodes: kwok's default 4, one per 20 nodes beyond 80 (50 for 1,000 nodes)."""
+    return max(4, nodes // 20)
+
+
 def _https_ok(url: str, pki_dir: Path) -> bool:
     ctx = ssl.create_default_context(cafile=str(pki_dir / "ca.crt"))
     ctx.load_cert_chain(str(pki_dir / "admin.crt"), str(pki_dir / "admin.key"))
@@ -233,9 +239,15 @@ def start_kube(sup: Supervisor, cfg: LabConfig, binaries: dict[str, Path], node_
                     "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
                     "kind": "KwokConfiguration",
                     # kwok plays pod stages (start, delete) 4 at a time by default; a kubelet has one
-                    # worker per pod, so a drained node's pods go away together, as on a real node
+                    # worker per pod, so a drained node's pods go away together, as on a real node.
+                    # Node Leases and heartbeats: 4 workers by default, each renewal one PUT; 1,000
+                    # nodes renew 100 Leases a second, and with the API server at 100-200 ms a
+                    # request under load 4 workers fell behind the grace period: about 450 healthy
+                    # nodes turned NotReady at once. One worker per 20 nodes keeps up.
                     "options": {
                         "nodeLeaseDurationSeconds": cfg.node_lease_seconds,
+                        "nodeLeaseParallelism": kwok_workers(cfg.nodes),
+                        "nodePlayStageParallelism": kwok_workers(cfg.nodes),
                         "podPlayStageParallelism": 16,
                     },
                 },

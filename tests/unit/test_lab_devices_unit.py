@@ -339,3 +339,36 @@ def test_bmc_modes_lie_fall_silent_and_come_back(tmp_path: Path) -> None:
     finally:
         stand_in.kill()
         stand_in.wait()
+
+
+def test_backend_walks_a_column_in_port_order_across_a_port_added_later(tmp_path: Path) -> None:
+    """GETNEXT bisects the OIDs sorted once per set of ports: port 10 sorts after port 9 (not as
+    text), a column's walk ends on the next column, a port added to the state file shows in the
+    next walk, and the last OID of the device answers NONE."""
+    nodes = [f"lab-node-{i}" for i in range(11)]
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps(snmp.initial_state("fcswitch", nodes)))
+    backend = Backend("fcswitch", state)
+    if_name = ".1.3.6.1.2.1.31.1.1.1.1"
+
+    def walk(column: str) -> list[str]:
+        oid, seen = column, []
+        while True:
+            got = backend.ask("getnext", oid, answers=3)
+            if got == ["NONE"] or not got[0].startswith(column + "."):
+                return seen
+            seen.append(got[0].rsplit(".", 1)[1])
+            oid = got[0]
+
+    try:
+        assert walk(if_name) == [str(i) for i in range(1, 12)]
+        st = json.loads(state.read_text())
+        st["ports"]["12"] = 1
+        state.write_text(json.dumps(st))
+        assert walk(if_name) == [str(i) for i in range(1, 13)]
+        # the FE-MIB indexes ports from 0: fcFxPortPhysOperStatus of port 12 is .22.11, the last OID
+        last = ".1.3.6.1.2.1.75.1.2.2.1.2.22.11"
+        assert backend.ask("getnext", ".1.3.6.1.2.1.75.1.2.2.1.2.22.10", answers=3) == [last, "integer", "1"]
+        assert backend.ask("getnext", last) == ["NONE"]
+    finally:
+        backend.close()

@@ -105,3 +105,9 @@ def test_without_storage_the_rack_fence_configuration_only_powers_the_node(tmp_p
         cfg = parse_fence_config(f"fence-config-{node}", cms[f"fence-config-{node}"], templates, node)
         steps = [[m.name for m in cfg.methods(s)] for s in ("Isolation", "PowerManagement", "Recovery")]
         assert steps == [[], ["ipmi-off", "ipmi-on"], []]
+
+
+def test_kwok_keeps_its_default_workers_for_small_labs_and_one_per_20_nodes_beyond() -> None:
+    from noderemedy_lab.kube import kwok_workers
+
+    assert [kwok_workers(n) for n in (1, 40, 80, 100, 1000)] == [4, 4, 4, 5, 50]
