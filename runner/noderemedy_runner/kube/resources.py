@@ -14,6 +14,8 @@ the machine dropped, such as ``currentRun``); a 409 raises
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -37,6 +39,8 @@ METAL3REMEDIATION: CRD = (
 )
 BAREMETALHOST: CRD = ("metal3.io", "v1alpha1", "baremetalhosts", "BareMetalHost")
 MACHINE: CRD = ("cluster.x-k8s.io", "v1beta1", "machines", "Machine")
+#: Seconds a list of every Node serves the callers of :meth:`KubeIO.recent_nodes` that allow it.
+NODE_LIST_SECONDS = 2.0
 
 
 def read_json(resp: Any) -> dict[str, Any]:
@@ -76,6 +80,8 @@ class KubeIO:
         self.custom = api(api_client, client.CustomObjectsApi)
         self.storage = api(api_client, client.StorageV1Api)
         self.events = events or EventRecorder(api_client)
+        self._nodes: tuple[float, list[dict[str, Any]]] | None = None
+        self._nodes_lock = threading.Lock()
 
     # --- reads -----------------------------------------------------------------------------
     def list_custom(self, crd: CRD, namespace: str | None = None) -> list[dict[str, Any]]:
@@ -114,6 +120,20 @@ class KubeIO:
             return read_json(self.core.read_node(name, _preload_content=False))
         except NotFound:
             return None
+
+    def recent_nodes(self, max_age: float = NODE_LIST_SECONDS) -> list[dict[str, Any]]:
+        """Every Node, from a list made at most ``max_age`` seconds ago (monotonic clock) by any
+        caller of this KubeIO, else listed now. For fleet-wide counts that a second's age does not
+        change (which nodes are Ready, which are control-plane): when a rack fails, its NodeFences
+        start their steps within seconds of each other, and one list of 1,000 Nodes each made the
+        API server time out. Callers waiting for a list in progress take its result. Not for a
+        node's own fields that must be read after something else (read :meth:`get_node`)."""
+        with self._nodes_lock:
+            now = time.monotonic()
+            if self._nodes is None or now - self._nodes[0] > max_age:
+                items = read_json(self.core.list_node(_preload_content=False)).get("items") or []
+                self._nodes = (time.monotonic(), [dict(i) for i in items])
+            return self._nodes[1]
 
     def get_configmap_data(self, namespace: str, name: str) -> dict[str, Any] | None:
         """``data`` of ConfigMap ``namespace/name`` ({} when empty), or None when it does not exist."""

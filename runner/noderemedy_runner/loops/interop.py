@@ -16,7 +16,7 @@ from kubernetes import client
 
 from noderemedy_runner.kube.client import api as kapi
 from noderemedy_runner.kube.errors import Conflict, NotFound
-from noderemedy_runner.kube.resources import NODEFENCE, ready_condition
+from noderemedy_runner.kube.resources import NODEFENCE, KubeIO, ready_condition
 from noderemedy_runner.machines.actions import Step
 from noderemedy_runner.machines.conditions import parse_time
 from noderemedy_runner.machines.guards import (
@@ -37,11 +37,6 @@ from noderemedy_runner.machines.nodefence import NodeFencePolicy, NodeFenceStatu
 
 def _items(resp: Any) -> list[dict[str, Any]]:
     return list(json.loads(resp.data).get("items") or [])
-
-
-def list_nodes(api: client.ApiClient) -> list[dict[str, Any]]:
-    """Every Node (as JSON dicts)."""
-    return _items(kapi(api, client.CoreV1Api).list_node(_preload_content=False))
 
 
 def list_nodemaintenances(api: client.ApiClient) -> list[dict[str, Any]]:
@@ -189,7 +184,7 @@ _STEPS: tuple[Step, ...] = ("Isolation", "PowerManagement")
 
 
 def start_holds(
-    api: client.ApiClient,
+    kube: KubeIO,
     obj: Mapping[str, Any],
     node: str,
     now: float,
@@ -199,12 +194,18 @@ def start_holds(
     """For NodeFence ``obj`` of ``node``: per step (Isolation, PowerManagement), the guard that
     holds it now, if any (:func:`noderemedy_runner.machines.guards.start_hold`).
 
-    The NodeMaintenances are read before the Nodes: an admin who hands a node from a
+    The NodeMaintenances are read before the node itself: an admin who hands a node from a
     NodeMaintenance over to the maintenance annotation sets the annotation first, then deletes the
     NodeMaintenance; read in this order, a list that no longer shows the NodeMaintenance is
-    followed by a Node read that already shows the annotation, so no instant looks free."""
+    followed by a Node read that already shows the annotation, so no instant looks free. The
+    fleet's Ready and control-plane nodes come from a list at most
+    :data:`~noderemedy_runner.kube.resources.NODE_LIST_SECONDS` old
+    (:meth:`~noderemedy_runner.kube.resources.KubeIO.recent_nodes`, shared by the NodeFences that
+    start at once); the other NodeFences (the concurrency limits) are listed now."""
+    api = kube.api
     nodemaintenances = list_nodemaintenances(api)
-    nodes = list_nodes(api)
+    this = kube.get_node(node)
+    nodes = kube.recent_nodes()
     control_plane = frozenset(str(n["metadata"]["name"]) for n in nodes if is_control_plane(n))
     ready = frozenset(str(n["metadata"]["name"]) for n in nodes if ready_condition(n)[0])
     meta = obj.get("metadata") or {}
@@ -216,7 +217,6 @@ def start_holds(
         if p is not None
     )
     maintenance: dict[str, str] = {}
-    this = next((n for n in nodes if n["metadata"]["name"] == node), None)
     if this is not None:
         why = maintenance_of(this, nodemaintenances)
         if why is not None:
@@ -243,7 +243,6 @@ def start_holds(
 __all__ = [
     "list_nodefences",
     "list_nodemaintenances",
-    "list_nodes",
     "peer_of",
     "read_medik8s_lease",
     "release_medik8s_lease",

@@ -344,7 +344,7 @@ class NodeFenceReconciler(NodeFenceCleanup):
                     action = decide(name, status, obs, config, self.policy, self.namespace, chain)
             if action.reason in ("StartIsolation", "StartPowerManagement"):  # guards: docs/concepts.md
                 holds = start_holds(
-                    self.kube.api, obj, node, now, self.policy.max_restarts, self.policy.max_power_fencing
+                    self.kube, obj, node, now, self.policy.max_restarts, self.policy.max_power_fencing
                 )
                 if not holds and node_obj is not None:  # medik8s node Lease: others see us act
                     holder = take_medik8s_lease(self.kube.api, node_obj, now)

@@ -153,6 +153,33 @@ def test_every_call_gets_a_timeout_and_one_error_type() -> None:
         raw.read_node("missing")
 
 
+class _Raw:
+    def __init__(self, items: list[dict[str, Any]]) -> None:
+        self.data = json.dumps({"items": items}).encode()
+
+
+def test_one_recent_node_list_serves_the_callers_that_allow_its_age(monkeypatch: pytest.MonkeyPatch) -> None:
+    from noderemedy_runner.kube import resources
+
+    clock = [100.0]
+    monkeypatch.setattr(resources.time, "monotonic", lambda: clock[0])
+    kube = resources.KubeIO(client.ApiClient())
+    lists: list[int] = []
+
+    def list_node(**kw: Any) -> _Raw:
+        lists.append(1)
+        return _Raw([{"metadata": {"name": f"n{len(lists)}"}}])
+
+    monkeypatch.setattr(kube, "core", type("Core", (), {"list_node": staticmethod(list_node)})())
+    assert kube.recent_nodes()[0]["metadata"]["name"] == "n1"
+    clock[0] += resources.NODE_LIST_SECONDS  # as old as allowed: still served
+    assert kube.recent_nodes()[0]["metadata"]["name"] == "n1"
+    assert kube.recent_nodes(max_age=0.5)[0]["metadata"]["name"] == "n2"  # a caller wanting newer
+    clock[0] += resources.NODE_LIST_SECONDS + 0.1
+    assert kube.recent_nodes()[0]["metadata"]["name"] == "n3"
+    assert len(lists) == 3
+
+
 def test_event_references_of_objects_and_of_references() -> None:
     node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "uid": "u1"}}
     assert reference(node) == {"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "u1"}
