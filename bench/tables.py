@@ -320,6 +320,8 @@ def rack(doc: Any, name: str) -> list[str]:
             f"`--max-power-fencing`: {_v(r.get('runner_default_max_power_fencing'))}.",
             "",
         ]
+        if r.get("note"):
+            lines += [f"`{key}`: {_v(r['note'])}", ""]
         for ex, settings in (r.get("executors") or {}).items():
             if "not_measured" in settings:
                 lines += [f"`{key}` {ex}: not measured: {_v(settings['not_measured'])}", ""]

@@ -57,3 +57,10 @@ def test_the_plot_is_drawn_as_png_and_svg_from_both_sides_per_node_times(
     assert (tmp_path / "sub" / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     svg = (tmp_path / "sub" / "plot.svg").read_text()
     assert "<svg" in svg and "lab-node-3" in svg
+
+
+def test_a_racks_note_is_shown_under_its_heading_and_a_rack_without_one_has_none(tables: ModuleType) -> None:
+    rack, _ = _docs(_per_node(2, 3), None)
+    noted = {"racks": {"fail_2_of_4": {**rack["racks"]["power_loss_4"], "note": "the lab flapped"}}}
+    assert "`fail_2_of_4`: the lab flapped" in tables.rack(noted, "rack.json")
+    assert not any(line.startswith("`power_loss_4`: ") for line in tables.rack(rack, "rack.json"))
