@@ -129,10 +129,9 @@ class KubeIO:
         API server time out. Callers waiting for a list in progress take its result. Not for a
         node's own fields that must be read after something else (read :meth:`get_node`)."""
         with self._nodes_lock:
-            now = time.monotonic()
-            if self._nodes is None or now - self._nodes[0] > max_age:
+            if self._nodes is None or time.monotonic() - self._nodes[0] > max_age:
                 items = read_json(self.core.list_node(_preload_content=False)).get("items") or []
-                self._nodes = (time.monotonic(), [dict(i) for i in items])
+                self._nodes = (time.monotonic(), list(items))
             return self._nodes[1]
 
     def get_configmap_data(self, namespace: str, name: str) -> dict[str, Any] | None:
