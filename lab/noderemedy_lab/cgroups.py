@@ -37,6 +37,9 @@ def make_cgroup(rel: str) -> None:
 #: together weighs as much as one busy process of the host, and a host busy with other work (a
 #: parallel test suite, a build) starves the nodes' kubelets until they all turn NotReady at once.
 NODE_CPU_SHARES = 1024 * (os.cpu_count() or 1)
+#: Seconds :func:`kill_cgroup` waits for the freezer to report FROZEN before it signals the tasks
+#: anyway (and signals again until the cgroup is empty).
+FREEZE_WAIT = 1.0
 
 
 def set_cpu_shares(rel: str, shares: int) -> None:
@@ -106,7 +109,10 @@ def kill_cgroup(rel: str, timeout: float = 10.0, spare: set[int] | None = None) 
             with contextlib.suppress(OSError):
                 state.write_text("FROZEN")
                 frozen = True
-                while state.read_text().strip() != "FROZEN" and time.monotonic() < deadline:
+                # a task in uninterruptible sleep keeps the cgroup FREEZING: kill it unfrozen
+                # after a while rather than spend the whole timeout waiting
+                freeze_by = min(deadline, time.monotonic() + FREEZE_WAIT)
+                while state.read_text().strip() != "FROZEN" and time.monotonic() < freeze_by:
                     time.sleep(0.01)
         pids = cgroup_pids(rel) - spare
         for pid in pids:

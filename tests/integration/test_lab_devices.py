@@ -181,7 +181,13 @@ def device_lab(tmp_path_factory: pytest.TempPathFactory, hook_calls: Path):
     """
     workdir = tmp_path_factory.mktemp("devices-lab")
     hook = workdir / "record-hook.sh"
-    hook.write_text(f'#!/bin/sh\necho "$*" >> {hook_calls}\n')
+    # a node whose flag file ``slow-<node>`` exists gets one slow power set (the flag is removed):
+    # 13 s, TERM ignored so that the BMC's ``timeout`` wrapper cannot shorten it
+    hook.write_text(
+        f'#!/bin/sh\necho "$*" >> {hook_calls}\n'
+        f'if [ -e "{hook_calls.parent}/slow-$1" ]; then rm -f "{hook_calls.parent}/slow-$1"; '
+        "trap '' TERM; sleep 13; fi\n"
+    )
     hook.chmod(0o755)
     cfg = LabConfig(workdir=workdir, nodes=len(NODES), port_base=PORT_BASE, kube=False)
     sup = Supervisor(workdir / "logs")
@@ -250,6 +256,39 @@ def test_power_cycle_is_off_then_on_through_the_hook(devices: dict, hook_calls: 
     wait_for(lambda: node2_calls()[-1:] == ["lab-node-2 1"], "the hook call for power on")
     assert node2_calls()[-2:] == ["lab-node-2 0", "lab-node-2 1"]
     assert Path(bmc["power_file"]).read_text().strip() == "1"
+
+
+def test_the_labs_power_helper_reads_back_when_ipmitool_gives_up_on_a_slow_hook(
+    devices: dict, hook_calls: Path, tmp_path: Path
+) -> None:
+    """ipmi_sim answers a power set only after its hook returns; a hook slower than ipmitool's
+    retransmissions (about 10 s) makes ipmitool fail although the BMC did it. ``Lab.power_off``
+    then reads the state back rather than failing the test that called it."""
+    from noderemedy_lab.lab import Lab
+
+    node = "lab-node-1"
+    bmc = devices["bmcs"][node]
+    lab = Lab(LabConfig(workdir=tmp_path, nodes=len(NODES), port_base=PORT_BASE, kube=False))
+    lab.info = {"devices": devices}
+    seen: list[tuple[tuple[str, ...], int]] = []
+    real_ipmitool = lab.ipmitool
+
+    def recording(name: str, *args: str, timeout: float = 30) -> subprocess.CompletedProcess:
+        out = real_ipmitool(name, *args, timeout=timeout)
+        seen.append((args, out.returncode))
+        return out
+
+    lab.ipmitool = recording  # type: ignore[method-assign]
+    (hook_calls.parent / f"slow-{node}").touch()
+    try:
+        lab.power_off(node)
+        assert seen[0] == (("chassis", "power", "off"), 1), seen  # ipmitool gave up ...
+        assert seen[1] == (("chassis", "power", "status"), 0), seen  # ... the BMC said off
+        assert len(seen) == 2, seen
+        assert Path(bmc["power_file"]).read_text().strip() == "0"
+    finally:
+        (hook_calls.parent / f"slow-{node}").unlink(missing_ok=True)
+        assert ipmitool(bmc, "chassis", "power", "on").returncode == 0
 
 
 def test_power_reset_keeps_power_and_is_logged_as_event(devices: dict) -> None:

@@ -107,13 +107,15 @@ def reasons(api: client.ApiClient, name: str) -> list[tuple[str, str]]:
 def real_down(lab_real: Any) -> Iterator[str]:
     """lab-real-1 powered off (its BMC); afterwards untainted, powered on and Ready."""
     node = REAL[1]
-    lab_real.power_off(node)
-    lab_real.wait_nodes([node], {"False", "Unknown"}, 120)
-    yield node
-    lab_real.kubectl("taint", "node", node, f"{OOS}-")
-    lab_real.power_on(node)
-    lab_real.fc_port(node, True)
-    lab_real.wait_nodes([node], "True", 180)
+    try:
+        lab_real.power_off(node)
+        lab_real.wait_nodes([node], {"False", "Unknown"}, 120)
+        yield node
+    finally:  # also after a failed setup: the session's later tests need the node back
+        lab_real.kubectl("taint", "node", node, f"{OOS}-")
+        lab_real.power_on(node)
+        lab_real.fc_port(node, True)
+        lab_real.wait_nodes([node], "True", 180)
 
 
 @pytest.mark.timeout(600)
