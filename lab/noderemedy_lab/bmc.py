@@ -31,6 +31,7 @@ import secrets
 import shlex
 import shutil
 import signal
+import subprocess
 import uuid
 from collections.abc import Callable
 from importlib import resources
@@ -115,6 +116,29 @@ def validate_power_hook(power_hook: list[str] | None) -> None:
         raise ComponentError("bmc", f"power_hook: expected a non-empty list of strings, got {power_hook!r}")
     if shutil.which(power_hook[0]) is None:
         raise ComponentError("bmc", f"power_hook: {power_hook[0]!r} is not an executable")
+
+
+def set_power(ipmitool: Callable[..., subprocess.CompletedProcess], node: str, state: str) -> None:
+    """``chassis power <state>`` (``on``/``off``) through ``ipmitool(*args)``, the lab's client of
+    ``node``'s BMC; if ipmitool gave up, the state read back (``chassis power status``).
+
+    ipmi_sim answers a power set only once its hook returns, and a real node's power-off hook (the
+    whole node killed) can outlast ipmitool's lanplus retransmissions (about 10 s: "Unable to set
+    Chassis Power Control") on a loaded machine although the BMC did it; ipmi_sim serves the
+    retransmitted requests afterwards, each an idempotent repeat, and the status read is answered
+    after them. As fence_ipmilan, the state is read back; the set is sent once more only when it
+    differs. ComponentError naming the BMC when it still differs."""
+    detail = ""
+    for _ in range(2):
+        out = ipmitool("chassis", "power", state)
+        if out.returncode == 0:
+            return
+        detail = out.stderr.strip() or out.stdout.strip()
+        status = ipmitool("chassis", "power", "status")
+        if status.returncode == 0 and status.stdout.strip().endswith(f" {state}"):
+            return
+        detail += f"; read back: {status.stdout.strip() or status.stderr.strip()}"
+    raise ComponentError(f"bmc {node}", f"power {state} failed: {detail}")
 
 
 def wait_or_defer(

@@ -448,28 +448,9 @@ class Lab:
         return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
 
     def _power(self, node: str, state: str) -> None:
-        """``chassis power <state>``, then, if ipmitool gave up, the BMC's own answer read back.
+        from .bmc import set_power
 
-        ipmi_sim answers a power command only once its chassis_control hook returns, and a real
-        node's power-off hook kills the whole node first; on a loaded machine that can outlast
-        ipmitool's lanplus retransmissions (about 10 s: "Unable to set Chassis Power Control"),
-        although the BMC has done it (ipmi_sim serves the retransmitted requests afterwards, each
-        an idempotent repeat). As fence_ipmilan does, the state is then read back
-        (``chassis power status``, answered after every queued hook ran); the command is sent
-        once more only when the read-back shows the other state. ComponentError when it still
-        differs."""
-        want = "off" if state == "off" else "on"
-        detail = ""
-        for _ in range(2):
-            out = self.ipmitool(node, "chassis", "power", state, timeout=90)
-            if out.returncode == 0:
-                return
-            detail = out.stderr.strip() or out.stdout.strip()
-            status = self.ipmitool(node, "chassis", "power", "status", timeout=90)
-            if status.returncode == 0 and status.stdout.strip().endswith(f" {want}"):
-                return
-            detail += f"; read back: {status.stdout.strip() or status.stderr.strip()}"
-        raise ComponentError(f"bmc {node}", f"power {state} failed: {detail}")
+        set_power(lambda *args: self.ipmitool(node, *args, timeout=90), node, state)
 
     def power_off(self, node: str) -> None:
         """Cut ``node``'s power through its real BMC (``ipmitool chassis power off``)."""
