@@ -39,6 +39,10 @@ cannot be met by any module; the table shows it as it is.
 ``--cases`` measures some device groups only; their rows replace the same groups' rows in
 ``--out`` (each row says when it was measured).
 
+This file holds the IPMI and SNMP (PDU, FC switch) cases and the result document;
+``bench/fencing_runs.py`` the timed rounds and the playbook runs; ``bench/fencing_peers.py`` the
+Redfish, kdump and EC2 cases.
+
 Usage: ``.venv/bin/python bench/fencing.py [--samples N] [--port-base P] [--out PATH] [--cases ipmi,redfish]``
 """
 
@@ -49,99 +53,16 @@ import json
 import os
 import platform
 import shutil
-import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
-import yaml
-
 ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
+sys.path.insert(0, str(ROOT / "bench"))
 
-
-def _collections_path(tmp: Path) -> Path:
-    """``tmp/collections/ansible_collections/noderemedy/core`` -> this checkout; importable too."""
-    base = tmp / "collections"
-    ns = base / "ansible_collections" / "noderemedy"
-    ns.mkdir(parents=True, exist_ok=True)
-    link = ns / "core"
-    if not link.exists():
-        link.symlink_to(ROOT)
-    sys.path.insert(0, str(base))
-    return base
-
-
-def timed(fn: Callable[[], object]) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
-
-
-def interleaved(
-    fns: dict[str, Callable[[], object]], reset: Callable[[], object] | None, samples: int
-) -> dict[str, float]:
-    """Median wall-clock seconds of each of ``fns`` over ``samples`` rounds, after one warm-up round.
-
-    Each round runs every function once, in turn (``reset`` untimed before each), so ours and the
-    anchor see the same machine load even when other work on the host comes and goes.
-    """
-    values: dict[str, list[float]] = {name: [] for name in fns}
-    for round_no in range(samples + 1):
-        for name, fn in fns.items():
-            if reset:
-                reset()
-            seconds = timed(fn)
-            if round_no:  # round 0 is the warm-up
-                values[name].append(seconds)
-    return {name: statistics.median(v) for name, v in values.items()}
-
-
-def run(argv: list[str], env: dict[str, str] | None = None, ok: tuple[int, ...] = (0,)) -> None:
-    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
-    if proc.returncode not in ok:
-        shown = " ".join(a if not a.startswith("-p") else "-p ***" for a in argv[:3])
-        raise RuntimeError(f"{shown}... exited {proc.returncode}: {proc.stderr[-1500:]}{proc.stdout[-1500:]}")
-
-
-class Playbook:
-    """Run one module task with ``ansible-playbook`` (local connection, no facts) and check it passed."""
-
-    def __init__(self, tmp: Path, collections: Path) -> None:
-        self.tmp = tmp
-        self.env = dict(os.environ)
-        self.env.update(
-            {
-                "ANSIBLE_COLLECTIONS_PATH": str(collections),
-                "ANSIBLE_PYTHON_INTERPRETER": sys.executable,
-                "ANSIBLE_LOCALHOST_WARNING": "False",
-                "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False",
-                "ANSIBLE_NOCOLOR": "1",
-                "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-            }
-        )
-        self.n = 0
-
-    def argv(self, module: str, args: dict | None) -> list[str]:
-        """The ``ansible-playbook`` command of a play with one ``module`` task; ``args`` None: the
-        same play with a ``meta: noop`` task instead."""
-        self.n += 1
-        path = self.tmp / f"bench{self.n}.yml"
-        task = {"ansible.builtin.meta": "noop"} if args is None else {module: args}
-        play = [{"hosts": "localhost", "gather_facts": False, "connection": "local", "tasks": [task]}]
-        path.write_text(yaml.safe_dump(play, sort_keys=False))
-        return [str(BIN / "ansible-playbook"), "-i", "localhost,", str(path)]
-
-    def __call__(self, module: str, args: dict | None) -> Callable[[], None]:
-        """A run of one ``module`` task; ``args`` None: the same play with a ``meta: noop`` task
-        instead (ansible-playbook's own cost, subtracted in the rows that say "minus no-op")."""
-        argv = self.argv(module, args)
-        return lambda: run(argv, self.env)
-
+from fencing_peers import aws_cases, kdump_cases, redfish_cases  # noqa: E402
+from fencing_runs import Playbook, collections_path, interleaved, run  # noqa: E402
 
 #: Device groups, in the order they are measured (``--cases``).
 CASES = ("ipmi", "pdu", "fc", "redfish", "kdump", "aws")
@@ -160,232 +81,6 @@ NOT_MEASURED = {
         "simulator's REST side does not serve (only DELETE and data-sets under vcenter/vm)"
     ),
 }
-KDUMP_SENDER = "/usr/libexec/fence-agents/fence_kdump_send"
-
-
-def udp_bound(port: int) -> bool:
-    """Some socket of this machine is bound to UDP ``port`` (IPv4 or IPv6), from ``/proc/net/udp*``."""
-    suffix = f":{port:04X}"
-    for path in ("/proc/net/udp", "/proc/net/udp6"):
-        with open(path) as table:
-            next(table)
-            if any(line.split()[1].endswith(suffix) for line in table):
-                return True
-    return False
-
-
-def kdump_cases(port: int, playbook: Playbook, n: int) -> list[dict]:
-    """kdump: ``fence_kdump`` (the listener) vs ``KdumpListener`` and ``kdump_wait``, each
-    receiving one message from ``fence_kdump_send`` on 127.0.0.1:``port``.
-
-    A run: start the listener, poll until ``port`` is bound, start the sender (``-c 1``), stop
-    when the listener returns with the message. The sender is reaped, untimed, before the next run.
-    """
-    from ansible_collections.noderemedy.core.plugins.module_utils._kdump import KdumpListener
-
-    senders: list[subprocess.Popen] = []
-
-    def send_when_bound() -> None:
-        deadline = time.monotonic() + 60
-        while not udp_bound(port):
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"no listener bound UDP {port} within 60 s")
-            time.sleep(0.0005)
-        sender = [KDUMP_SENDER, "-p", str(port), "-f", "ipv4", "-c", "1", "-i", "1", "127.0.0.1"]
-        senders.append(subprocess.Popen(sender, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-
-    def reap() -> None:
-        while senders:
-            senders.pop().wait(30)
-        if udp_bound(port):
-            raise RuntimeError(f"UDP {port} still bound between runs")
-
-    def process(argv: list[str], env: dict[str, str] | None = None) -> Callable[[], None]:
-        def once() -> None:
-            proc = subprocess.Popen(
-                argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
-            )
-            send_when_bound()
-            out = proc.communicate(timeout=120)[0]
-            if proc.returncode != 0:
-                raise RuntimeError(f"{Path(argv[0]).name} exited {proc.returncode}: {out[-1500:]}")
-
-        return once
-
-    def library() -> None:
-        result: dict = {}
-
-        def listen() -> None:
-            listener = KdumpListener(["127.0.0.1"], ipport=port, listen_address="127.0.0.1", timeout=30)
-            result.update(listener.wait())
-
-        thread = threading.Thread(target=listen)
-        thread.start()
-        send_when_bound()
-        thread.join(60)
-        if result.get("received") is not True or result["fence"]["verified"] is not True:
-            raise RuntimeError(f"kdump_wait as a library: no verified message: {result}")
-
-    margs = {"nodename": ["127.0.0.1"], "ipport": port, "listen_address": "127.0.0.1", "timeout": 30}
-    book = playbook.argv("noderemedy.core.kdump_wait", margs)
-    agent = [
-        "/usr/sbin/fence_kdump",
-        "-n",
-        "127.0.0.1",
-        "-p",
-        str(port),
-        "-f",
-        "ipv4",
-        "-t",
-        "30",
-        "-o",
-        "off",
-    ]
-    got = interleaved(
-        {
-            "anchor": process(agent),
-            "lib": library,
-            "book": process(book, playbook.env),
-            "noop": playbook("", None),
-        },
-        reap,
-        n,
-    )
-    reap()
-    a = "fence_kdump -f ipv4 -o off, receiving fence_kdump_send -c 1"
-    return [
-        {"case": "kdump message received, library", "ours_s": got["lib"], "anchor": a, "anchor_s": got["anchor"],
-         "target": 0.5},
-        {"case": "kdump message received, playbook - no-op", "ours_s": got["book"] - got["noop"], "anchor": a,
-         "anchor_s": got["anchor"], "target": 1.0, "noop_playbook_s": got["noop"]},
-        {"case": "kdump message received, ansible-playbook", "ours_s": got["book"], "anchor": a,
-         "anchor_s": got["anchor"]},
-    ]  # fmt: skip
-
-
-def aws_cases(ep: dict, playbook: Playbook, n: int) -> list[dict]:
-    """EC2 (moto, ``POWER_DELAY`` s per transition) status: ``AwsInstanceDriver`` and
-    ``aws_instance_power`` vs ``fence_aws -o status`` (through ``loopback_agent.py``, with this
-    venv's boto3 and ``AWS_ENDPOINT_URL_EC2``). Off is not measured (``NOT_MEASURED``)."""
-    from ansible_collections.noderemedy.core.plugins.module_utils._aws import AwsInstanceDriver
-
-    c = ep["credentials"]["fencer"]
-    instance = ep["instances"]["lab-node-1"]
-
-    def status_lib() -> None:
-        res = AwsInstanceDriver(
-            instance, ep["region"], c["access_key"], c["secret_key"], ep["endpoint_url"]
-        ).run("status")
-        assert res.after == {instance: "on"}, res.after
-
-    env = dict(os.environ)
-    env.update(
-        {
-            "AWS_ENDPOINT_URL_EC2": ep["endpoint_url"],
-            "AWS_EC2_METADATA_DISABLED": "true",
-            "AWS_CONFIG_FILE": os.devnull,
-            "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
-        }
-    )
-    agent = [sys.executable, str(ROOT / "bench" / "loopback_agent.py"), "/usr/sbin/fence_aws"]
-    agent += [
-        "--region",
-        ep["region"],
-        "-a",
-        c["access_key"],
-        "-s",
-        c["secret_key"],
-        "-n",
-        instance,
-        "-o",
-        "status",
-    ]
-    margs = {
-        "plug": instance, "region": ep["region"], "access_key": c["access_key"], "secret_key": c["secret_key"],
-        "endpoint_url": ep["endpoint_url"], "state": "status",
-    }  # fmt: skip
-    got = interleaved(
-        {
-            "anchor": lambda: run(agent, env),
-            "lib": status_lib,
-            "book": playbook("noderemedy.core.aws_instance_power", margs),
-            "noop": playbook("", None),
-        },
-        None,
-        n,
-    )
-    a = "fence_aws -o status (venv boto3, AWS_ENDPOINT_URL_EC2)"
-    return [
-        {"case": "aws status, library", "ours_s": got["lib"], "anchor": a, "anchor_s": got["anchor"]},
-        {"case": "aws status, playbook - no-op", "ours_s": got["book"] - got["noop"], "anchor": a,
-         "anchor_s": got["anchor"], "noop_playbook_s": got["noop"]},
-        {"case": "aws status, ansible-playbook", "ours_s": got["book"], "anchor": a, "anchor_s": got["anchor"]},
-    ]  # fmt: skip
-
-
-def redfish_cases(ep: dict, playbook: Playbook, n: int) -> list[dict]:
-    """Redfish (sushy-tools emulator, ``POWER_DELAY`` s per transition) vs ``fence_redfish``.
-
-    The agent has no CA option, so it runs with ``--ssl-insecure``; ours verifies the emulator's
-    certificate with its CA (``ca_path``). The ansible-playbook rows subtract the same play with a
-    ``meta: noop`` task, measured in the same rounds.
-    """
-    from ansible_collections.noderemedy.core.plugins.module_utils._redfish import RedfishDriver
-
-    uri = ep["systems"]["lab-node-1"]["uri"]
-
-    def driver(**kw: object) -> RedfishDriver:
-        return RedfishDriver(
-            ep["host"], ep["username"], ep["password"], ipport=ep["port"], ca_path=ep["ca_file"],
-            systems_uri=uri, **kw,
-        )  # fmt: skip
-
-    def on() -> None:
-        assert driver().run("on").after == {uri: "on"}
-
-    def off_lib() -> None:
-        assert driver(poll_interval=0.01).run("off").after == {uri: "off"}
-
-    agent = ["/usr/sbin/fence_redfish", "-a", ep["host"], "-u", str(ep["port"]), "-l", ep["username"]]
-    agent += ["-p", ep["password"], "--ssl-insecure", "--systems-uri", uri]
-    margs = {
-        "ipaddr": ep["host"], "ipport": ep["port"], "username": ep["username"], "password": ep["password"],
-        "ca_path": ep["ca_file"], "systems_uri": uri, "poll_interval": 0.01,
-    }  # fmt: skip
-    noop = playbook("", None)
-    off = interleaved(
-        {
-            "anchor": lambda: run([*agent, "-o", "off"]),
-            "lib": off_lib,
-            "book": playbook("noderemedy.core.redfish_power", {**margs, "state": "off"}),
-            "noop": noop,
-        },
-        on,
-        n,
-    )
-    on()
-    status = interleaved(
-        {
-            "anchor": lambda: run([*agent, "-o", "status"]),
-            "lib": lambda: driver().run("status"),
-            "book": playbook("noderemedy.core.redfish_power", {**margs, "state": "status"}),
-            "noop": noop,
-        },
-        None,
-        n,
-    )
-    a_off, a_st = "fence_redfish --ssl-insecure -o off", "fence_redfish --ssl-insecure -o status"
-    return [
-        {"case": "redfish off+verified, library", "ours_s": off["lib"], "anchor": a_off,
-         "anchor_s": off["anchor"], "target": 0.5},
-        {"case": "redfish off+verified, playbook - no-op", "ours_s": off["book"] - off["noop"],
-         "anchor": a_off, "anchor_s": off["anchor"], "target": 1.0, "noop_playbook_s": off["noop"]},
-        {"case": "redfish off+verified, ansible-playbook", "ours_s": off["book"], "anchor": a_off,
-         "anchor_s": off["anchor"]},
-        {"case": "redfish status, library", "ours_s": status["lib"], "anchor": a_st, "anchor_s": status["anchor"]},
-        {"case": "redfish status, playbook - no-op", "ours_s": status["book"] - status["noop"], "anchor": a_st,
-         "anchor_s": status["anchor"], "noop_playbook_s": status["noop"]},
-    ]  # fmt: skip
 
 
 def main() -> int:
@@ -409,7 +104,7 @@ def main() -> int:
 
     tmp = Path(tempfile.mkdtemp(prefix="nr-bench-fencing-"))
     os.chmod(tmp, 0o755)
-    collections = _collections_path(tmp)
+    collections = collections_path(tmp)
     from ansible_collections.noderemedy.core.plugins.module_utils._fc_switch import FcSwitchDriver
     from ansible_collections.noderemedy.core.plugins.module_utils._ipmi import IpmiDriver
     from ansible_collections.noderemedy.core.plugins.module_utils._pdu import PROFILES, PduDriver
