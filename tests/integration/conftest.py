@@ -83,7 +83,7 @@ FILE_SECONDS = {
     "test_runner_guards.py": 73,
     "test_watcher_detection.py": 67,
     "test_runner_stop.py": 55,
-    "test_nodefence.py": 99,  # tests/unit/runner: the NodeFence machine's exhaustive sweeps
+    "test_nodefence_sweep.py": 99,  # tests/unit/runner: the NodeFence machine's exhaustive sweeps
     "test_executor.py": 38,  # tests/unit/runner
 }
 #: The estimate for a test of an integration file :data:`FILE_SECONDS` does not list, seconds.

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from e2e_helpers import POLICY, FenceNamespace, fence_ns  # noqa: F401 - fixtures are used by name
 from kube_helpers import wait_for
 from kubernetes import client
 from runner_harness import Runner, delete_nodefences, nodefences
-from test_runner_e2e import POLICY, FenceNamespace, fence_ns  # noqa: F401 - fixtures are used by name
 
 from noderemedy_lab import conditions
 

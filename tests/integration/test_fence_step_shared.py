@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from e2e_helpers import FenceNamespace, fence_ns  # noqa: F401 - fixture used by name
 from test_fencing_fc import IF_ADMIN, snmpget
-from test_runner_e2e import FenceNamespace, fence_ns  # noqa: F401 - fixture used by name
 
 pytestmark = [pytest.mark.lab, pytest.mark.kube]
 

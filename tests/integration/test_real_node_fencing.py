@@ -25,9 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kube_helpers import apply, kjson, statefulset, wait_for
-from kubernetes import client
-from test_runner_e2e import (  # noqa: F401 - fixtures shared with the host runner's end-to-end tests
+from e2e_helpers import (  # noqa: F401 - fixtures shared with the host runner's end-to-end tests
     OOS,
     FenceNamespace,
     Runner,
@@ -40,6 +38,8 @@ from test_runner_e2e import (  # noqa: F401 - fixtures shared with the host runn
     runner,
     taint_present,
 )
+from kube_helpers import apply, kjson, statefulset, wait_for
+from kubernetes import client
 
 from noderemedy_lab.bmc import power_sets
 from noderemedy_lab.images import BUSYBOX_IMAGE

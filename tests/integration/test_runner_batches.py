@@ -24,10 +24,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from kube_helpers import wait_for
-from kubernetes import client
-from runner_harness import Runner
-from test_runner_e2e import (  # noqa: F401 - fixtures are used by name
+from e2e_helpers import (  # noqa: F401 - fixtures are used by name
     DEAD,
     OTHER,
     SPARE,
@@ -42,6 +39,9 @@ from test_runner_e2e import (  # noqa: F401 - fixtures are used by name
     oos_on,
     runner,
 )
+from kube_helpers import wait_for
+from kubernetes import client
+from runner_harness import Runner
 from test_runner_restart import collapse, in_flight, power_sets
 
 from noderemedy_lab import bmc as lab_bmc

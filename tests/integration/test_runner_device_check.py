@@ -16,10 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kube_helpers import wait_for
-from kubernetes import client
-from kubernetes.client.rest import ApiException
-from test_runner_e2e import (  # noqa: F401 - fixtures are used by name
+from e2e_helpers import (  # noqa: F401 - fixtures are used by name
     SPARE,
     FenceNamespace,
     Runner,
@@ -27,6 +24,9 @@ from test_runner_e2e import (  # noqa: F401 - fixtures are used by name
     fence_ns,
     runner,
 )
+from kube_helpers import wait_for
+from kubernetes import client
+from kubernetes.client.rest import ApiException
 
 pytestmark = [pytest.mark.lab, pytest.mark.kube]
 

@@ -1,325 +1,65 @@
 """noderemedy-runner end to end against the lab: the runner (``noderemedy-runner --reconcile-only``:
 the NodeFences are the tests' own) drives NodeFence and Metal3Remediation objects on the real
 kube-apiserver, running the real playbooks (ansible-runner) against the real ipmi_sim BMCs and the
-snmpd FC switch, with kwok nodes turned NotReady by cutting their BMC power.
+snmpd FC switch, with kwok nodes turned NotReady by cutting their BMC power: the whole NodeFence
+flow, kill -9 at every state transition, Metal3Remediation, the figure of the time to the taint,
+and a status write on a stale read. The faults are in test_runner_e2e_faults.py; the fixtures and
+helpers (shared with other modules) in e2e_helpers.py.
 
 Nodes: lab-node-1 is the dead node of the NodeFence flows, lab-node-2 the StatefulSet's other
-node and the wrong-password node, lab-node-0 the missing-template node and the Metal3 host.
-After every test no secret value (BMC passwords, SNMP communities and keys) may appear in the
-runner's data dir (artifacts), its log, any Event, or any status.
+node, lab-node-0 the Metal3 host. After every test no secret value (BMC passwords, SNMP
+communities and keys) may appear in the runner's data dir (artifacts), its log, any Event, or any
+status.
 """
 
 from __future__ import annotations
 
-import base64
-import json
-import os
-import socket
 import statistics
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import e2e_helpers as e2e
 import pytest
-from kube_helpers import apply, kjson, statefulset, wait_for
+from e2e_helpers import (
+    DEAD,
+    M3,
+    NF,
+    OOS,
+    OTHER,
+    ROOT,
+    SPARE,
+    FenceNamespace,
+    conds,
+    db0,
+    db_statefulset,
+    events_of,
+    events_with,
+    fence_config,
+    get_nf,
+    gone,
+    metal3_objects,
+    nodefence,
+    oos_on,
+    power_log,
+    private_dir,
+    run_until,
+    taint_present,
+)
+from kube_helpers import wait_for
 from kubernetes import client
-from kubernetes.client.rest import ApiException
-from runner_harness import Runner, delete_nodefences
+from runner_harness import Runner
 
-from noderemedy_lab.workload import prefer_node
-from noderemedy_runner.executor import Executor, private_dir_name
+from noderemedy_runner.executor import Executor
 from noderemedy_runner.kube.errors import Conflict
 from noderemedy_runner.kube.resources import NODEFENCE as NF_CRD
 from noderemedy_runner.kube.resources import KubeIO
 
 pytestmark = [pytest.mark.lab, pytest.mark.kube]
-
-ROOT = Path(__file__).resolve().parents[2]
-NF = ("remediation.noderemedy.io", "v1alpha1", "nodefences")
-M3 = ("infrastructure.cluster.x-k8s.io", "v1beta1", "metal3remediations")
-OOS = "node.kubernetes.io/out-of-service"
-DEAD, OTHER, SPARE = "lab-node-1", "lab-node-2", "lab-node-0"
-
-
-def fence_config(
-    node: str, port: str, isolation: str, power: str, recovery: str, ipmi: str | None = None
-) -> dict:
-    ipmi_template = ipmi or f"fence-method-template-ipmi-{node}"
-    return {
-        "metadata": {"name": f"fence-config-{node}"},
-        "data": {
-            "config.properties": f"node_name={node}\nisolation={isolation}\npower_management={power}\nrecovery={recovery}\n",
-            "fence-method-fc-off": f"template=fence-method-template-fc\nplug={port}\naction=off",
-            "fence-method-fc-on": f"template=fence-method-template-fc\nplug={port}\naction=on",
-            "fence-method-ipmi-off": f"template={ipmi_template}\naction=off",
-            "fence-method-ipmi-on": f"template={ipmi_template}\naction=on",
-        },
-    }
-
-
-class FenceNamespace:
-    """The runner's namespace: per-node fence ConfigMaps, templates and credentials Secrets.
-    ``host``: the address the templates give the devices (None: each device's own, 127.0.0.1; the
-    lab's ``relay_host`` for a runner in a pod on a real node)."""
-
-    def __init__(self, lab: Any, core: client.CoreV1Api, name: str, host: str | None = None) -> None:
-        self.lab, self.core, self.name, self.host = lab, core, name, host
-
-    def secret(self, name: str, data: dict[str, str]) -> None:
-        """Secret ``name`` with ``data`` (stringData)."""
-        self.put("secret", {"metadata": {"name": name}, "stringData": data})
-
-    def template(self, name: str, properties: str) -> None:
-        """Fence method template ConfigMap ``name`` (``template.properties``)."""
-        self.put("config_map", {"metadata": {"name": name}, "data": {"template.properties": properties}})
-
-    def fill(self) -> None:
-        """The FC switch's template and Secret, and per lab node its BMC's template and Secret and
-        the :meth:`standard` fence configuration."""
-        dev = self.lab.info["devices"]
-        fc = dev["snmp"]["fc"]
-        self.secret("fc-switch", {"community": fc["community"]})
-        self.template(
-            "fence-method-template-fc",
-            f"type=fc\nmodel=ifmib\naddress={self.host or fc['host']}:{fc['port']}\nsecret=fc-switch\nsnmp_version=2c\n",
-        )
-        for node, bmc in dev["bmcs"].items():
-            self.secret(f"bmc-{node}", {"username": bmc["username"], "password": bmc["password"]})
-            self.template(
-                f"fence-method-template-ipmi-{node}",
-                f"type=ipmi\naddress={self.host or bmc['host']}:{bmc['port']}\nsecret=bmc-{node}\ncipher=3\n",
-            )
-            self.standard(node)
-
-    def put(self, kind: str, body: dict) -> None:
-        create = getattr(self.core, f"create_namespaced_{kind}")
-        replace = getattr(self.core, f"replace_namespaced_{kind}")
-        try:
-            create(self.name, body)
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-            replace(body["metadata"]["name"], self.name, body)
-
-    def standard(self, node: str) -> None:
-        """isolation=fc-off, power_management=ipmi-off ipmi-on, recovery=fc-on."""
-        port = self.lab.info["devices"]["fc_ports"][node]
-        self.put("config_map", fence_config(node, port, "fc-off", "ipmi-off ipmi-on", "fc-on"))
-
-
-@pytest.fixture(scope="module")
-def fence_ns(lab_kube: Any, api: client.ApiClient) -> Iterator[FenceNamespace]:
-    core = client.CoreV1Api(api)
-    name = f"nr-e2e-{uuid.uuid4().hex[:6]}"
-    core.create_namespace({"metadata": {"name": name}})
-    ns = FenceNamespace(lab_kube, core, name)
-    ns.fill()
-    yield ns
-    delete_nodefences(api)  # the next module on this lab starts without them
-    core.delete_namespace(name)
-
-
-POLICY = [
-    "--grace-seconds", "0", "--step-retries", "1", "--retry-delay", "1", "--max-restarts", "1",
-    "--restart-delay", "2", "--recovery-timeout", "240", "--run-deadline", "240",
-    "--device-check-interval", "0",  # device checks: test_runner_device_check.py passes its own
-]  # fmt: skip
-
-
-@pytest.fixture
-def runner(
-    lab_kube: Any, fence_ns: FenceNamespace, tmp_path: Path, api: client.ApiClient
-) -> Iterator[Callable[..., Runner]]:
-    made: list[Runner] = []
-
-    def make(*args: str) -> Runner:
-        snmp_dir = lab_kube.info["devices"]["snmp_persistent_dir"]
-        r = Runner(
-            lab_kube, fence_ns.name, tmp_path, "--reconcile-only", "--poll-interval", "0.2",
-            "--run-env", f"SNMP_PERSISTENT_DIR={snmp_dir}", *POLICY, *args, identity=f"runner{len(made)}",
-        )  # fmt: skip
-        made.append(r)
-        return r
-
-    yield make
-    for r in made:
-        r.stop()
-    # a NodeFence this test left (a failure before it rested) would be cleaned up by the next test's
-    # runner: its power-on landing in that test's power log
-    delete_nodefences(api)
-    extra = [
-        base64.b64decode(v).decode()
-        for sec in client.CoreV1Api(api).list_namespaced_secret(fence_ns.name).items
-        for k, v in (sec.data or {}).items()
-        if k != "username"  # user names are not secret (STYLE.md: never mask usernames)
-    ]
-    for r in made:
-        assert_no_secret(lab_kube, api, r, extra)
-
-
-def secret_values(lab: Any) -> list[str]:
-    dev = lab.info["devices"]
-    values = []
-    for bmc in dev["bmcs"].values():
-        values += [bmc["password"], bmc["operator"]["password"], bmc["user"]["password"]]
-    for snmp in dev["snmp"].values():
-        for key in ("community", "ro_community"):
-            if snmp.get(key):
-                values.append(snmp[key])
-        v3 = snmp.get("v3") or {}
-        values += [v for k, v in v3.items() if k in ("auth_key", "priv_key") and v]
-    return [v for v in values if len(v) >= 6]
-
-
-def assert_no_secret(lab: Any, api: client.ApiClient, r: Runner, extra: list[str]) -> None:
-    """No secret value (the lab's, and ``extra``: every Secret value in the runner's namespace)
-    in the runner's files (symlinks not followed), log, Events or statuses."""
-    values = sorted({v.encode() for v in [*secret_values(lab), *extra] if len(v) >= 6})
-    assert len(values) >= 6
-    hits = []
-    for dirpath, _dirs, files in os.walk(r.data_dir):
-        for f in files:
-            path = Path(dirpath) / f
-            if path.is_symlink() or not path.is_file():
-                continue
-            data = path.read_bytes()
-            hits += [f"{path}" for v in values if v in data]
-    log = r.log_path.read_bytes() if r.log_path.exists() else b""
-    hits += ["runner log" for v in values if v in log]
-    co = client.CustomObjectsApi(api)
-    events = json.dumps(client.CoreV1Api(api).list_event_for_all_namespaces().to_dict(), default=str).encode()
-    hits += ["events" for v in values if v in events]
-    statuses = json.dumps(
-        [co.list_cluster_custom_object(*NF), co.list_cluster_custom_object(*M3)], default=str
-    ).encode()
-    hits += ["status" for v in values if v in statuses]
-    assert not hits, f"secret values found in: {sorted(set(hits))}"
-    assert r.log_path.exists() and r.data_dir.exists(), "the grep needs the runner's log and data dir"
-
-
-def nodefence(co: client.CustomObjectsApi, name: str, node: str) -> dict:
-    body = {
-        "apiVersion": f"{NF[0]}/{NF[1]}",
-        "kind": "NodeFence",
-        "metadata": {"name": name},
-        "spec": {"node": node},
-    }
-    return co.create_cluster_custom_object(*NF, body)
-
-
-def get_nf(co: client.CustomObjectsApi, name: str) -> dict:
-    return co.get_cluster_custom_object(*NF, name)
-
-
-def gone(co: client.CustomObjectsApi, name: str) -> bool:
-    """Whether NodeFence ``name`` no longer exists."""
-    try:
-        co.get_cluster_custom_object(*NF, name)
-    except ApiException as exc:
-        if exc.status == 404:
-            return True
-        raise
-    return False
-
-
-def private_dir(r: Runner, obj: dict) -> Path:
-    """The runner's private data dir of this NodeFence (name and uid)."""
-    return (
-        r.data_dir
-        / "runs"
-        / private_dir_name("NodeFence", obj["metadata"]["name"], None, obj["metadata"]["uid"])
-    )
-
-
-def taint_present(lab: Any, node: str) -> bool:
-    return any(t.get("key") == OOS for t in kjson(lab, "get", "node", node)["spec"].get("taints") or [])
-
-
-def oos_on(core: client.CoreV1Api, node: str) -> bool:
-    """Whether ``node`` carries the out-of-service taint (one GET through the API client)."""
-    return any(t.key == OOS for t in core.read_node(node).spec.taints or [])
-
-
-def events_of(api: client.ApiClient, obj: dict) -> list[Any]:
-    ns = obj["metadata"].get("namespace") or "default"
-    items = (
-        client.CoreV1Api(api)
-        .list_namespaced_event(ns, field_selector=f"involvedObject.uid={obj['metadata']['uid']}")
-        .items
-    )
-    return sorted(items, key=lambda e: e.first_timestamp or 0)
-
-
-def events_with(api: client.ApiClient, obj: dict, *reasons: str, timeout: float = 30.0) -> list[Any]:
-    """The Events of ``obj`` (as :func:`events_of`) once each of ``reasons`` has at least one.
-
-    The runner writes an Event after the status write it reports (an Event is best effort), so a
-    test that has just seen a status must wait for its Event rather than read once.
-    AssertionError naming the reasons still missing after ``timeout`` seconds."""
-
-    def all_there() -> list[Any] | None:
-        events = events_of(api, obj)
-        have = {e.reason for e in events}
-        return events if all(r in have for r in reasons) else None
-
-    return wait_for(all_there, timeout, f"Events {list(reasons)} of {obj['metadata']['name']}")
-
-
-def conds(obj: dict) -> dict[str, dict]:
-    return {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or []}
-
-
-@pytest.fixture
-def dead(lab_kube: Any) -> Iterator[str]:
-    """lab-node-1 powered off and NotReady; afterwards taint removed, powered on, Ready."""
-    lab_kube.power_off(DEAD)
-    lab_kube.wait_nodes([DEAD], {"False", "Unknown"}, 120)
-    yield DEAD
-    lab_kube.kubectl("taint", "node", DEAD, f"{OOS}-")
-    lab_kube.power_on(DEAD)
-    lab_kube.wait_nodes([DEAD], "True", 120)
-
-
-def db_statefulset(lab: Any, ns: str, tmp: Path) -> None:
-    """StatefulSet ``db`` (one pod) preferring the dead node, allowed on the other one too."""
-    pod = {
-        "affinity": prefer_node(DEAD, [DEAD, OTHER]),
-        "containers": [{"name": "db", "image": "registry.invalid/db:1"}],
-    }
-    apply(lab, tmp, statefulset(ns, "db", pod))
-
-
-def db0(lab: Any, ns: str) -> dict | None:
-    items = kjson(lab, "get", "pods", "-n", ns, "-l", "app=db")["items"]
-    return items[0] if items else None
-
-
-def power_log(lab: Any, node: str) -> str:
-    path = Path(lab.info["devices"]["bmcs"][node]["power_log"])
-    return path.read_text() if path.exists() else ""
-
-
-def fc_state(lab: Any, node: str) -> Any:
-    state = json.loads(Path(lab.info["devices"]["snmp"]["fc"]["state_file"]).read_text())
-    return state
-
-
-def run_until(
-    co: client.CustomObjectsApi, name: str, final: set[str], timeout: float, tick: Callable[[dict], None]
-) -> dict:
-    """Poll the NodeFence until ``status.status`` is in ``final``; ``tick`` sees every read."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        obj = get_nf(co, name)
-        tick(obj)
-        if (obj.get("status") or {}).get("status") in final:
-            return obj
-        time.sleep(0.1)
-    raise AssertionError(
-        f"NodeFence {name} not in {final} after {timeout} s: {get_nf(co, name).get('status')}"
-    )
+# e2e_helpers' fixtures, used here under their own names
+dead, fence_ns, metal3_ns, runner = e2e.dead, e2e.fence_ns, e2e.metal3_ns, e2e.runner
 
 
 # --- NodeFence: the whole flow ---------------------------------------------------------------------
@@ -434,219 +174,6 @@ def test_nodefence_fences_releases_and_recovers_a_dead_node(
         lab_kube.kubectl("delete", "namespace", app_ns, "--wait=false")
 
 
-# --- faults ------------------------------------------------------------------------------------------
-def test_wrong_bmc_password_retries_restarts_and_ends_in_error_without_a_taint(
-    lab_kube: Any, api: client.ApiClient, fence_ns: FenceNamespace, runner: Callable[..., Runner]
-) -> None:
-    node = OTHER
-    bmc = lab_kube.info["devices"]["bmcs"][node]
-    fence_ns.put(
-        "secret",
-        {
-            "metadata": {"name": "bmc-wrong"},
-            "stringData": {"username": bmc["username"], "password": "not-the-password"},
-        },
-    )
-    fence_ns.put(
-        "config_map",
-        {
-            "metadata": {"name": "fence-method-template-ipmi-wrong"},
-            "data": {
-                "template.properties": f"type=ipmi\naddress={bmc['host']}:{bmc['port']}\nsecret=bmc-wrong\ncipher=3\n"
-            },
-        },
-    )
-    port = lab_kube.info["devices"]["fc_ports"][node]
-    fence_ns.put(
-        "config_map",
-        fence_config(node, port, "", "ipmi-off ipmi-on", "", ipmi="fence-method-template-ipmi-wrong"),
-    )
-    lab_kube.power_off(node)
-    try:
-        lab_kube.wait_nodes([node], {"False", "Unknown"}, 120)
-        co = client.CustomObjectsApi(api)
-        name = f"nf-bad-{uuid.uuid4().hex[:6]}"
-        runner()
-        nodefence(co, name, node)
-        tainted: list[bool] = []
-        obj: dict | None = None
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            obj = get_nf(co, name)
-            tainted.append(taint_present(lab_kube, node))
-            c = conds(obj)
-            if c.get("Succeeded", {}).get("reason") == "RestartLimitReached":
-                break
-            time.sleep(0.2)
-        assert obj is not None
-        st, c = obj["status"], conds(obj)
-        assert st["status"] == "Error" and st["restarts"] == 1, st
-        assert c["Succeeded"]["status"] == "False" and c["Succeeded"]["reason"] == "RestartLimitReached"
-        assert c["FenceAgentActionSucceeded"]["reason"] == "FenceAgentFailed"
-        assert "PowerManagement attempt 1" in c["FenceAgentActionSucceeded"]["message"]
-        assert "Switch the BMC power (ipmi method)" in c["FenceAgentActionSucceeded"]["message"]
-        # two attempts per flow (step_retries=1), two flows (max_restarts=1)
-        assert st["jobs"] == [f"{name}-r{r}-power-management-a{a}" for r in (0, 1) for a in (0, 1)]
-        assert not any(tainted), "an out-of-service taint was applied without a verified fence"
-        events = events_with(api, obj, "FenceAgentFailed", "RestartLimitReached")
-        assert any(e.reason == "FenceAgentFailed" and e.type == "Warning" for e in events)
-    finally:
-        fence_ns.standard(node)
-        lab_kube.power_on(node)
-        lab_kube.wait_nodes([node], "True", 120)
-
-
-def test_bmc_that_does_not_answer_times_out_at_the_run_deadline_and_ends_in_error(
-    lab_kube: Any, api: client.ApiClient, fence_ns: FenceNamespace, runner: Callable[..., Runner]
-) -> None:
-    """A BMC that never answers: every run is killed at the runner's deadline (4 s: before the
-    module's own no-answer verdict, which takes longer) → FenceAgentTimedOut, retries, restart,
-    final Error, no taint. (Without the deadline the module reports "no answer from the BMC".)"""
-    node = OTHER
-    silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # bound, never answers
-    silent.bind(("127.0.0.1", 0))
-    silent_port = silent.getsockname()[1]
-    fence_ns.put(
-        "config_map",
-        {
-            "metadata": {"name": "fence-method-template-ipmi-silent"},
-            "data": {
-                "template.properties": f"type=ipmi\naddress=127.0.0.1:{silent_port}\nsecret=bmc-{node}\ncipher=3\n"
-            },
-        },
-    )
-    port = lab_kube.info["devices"]["fc_ports"][node]
-    fence_ns.put(
-        "config_map", fence_config(node, port, "", "ipmi-off", "", ipmi="fence-method-template-ipmi-silent")
-    )
-    lab_kube.power_off(node)
-    try:
-        lab_kube.wait_nodes([node], {"False", "Unknown"}, 120)
-        co = client.CustomObjectsApi(api)
-        name = f"nf-silent-{uuid.uuid4().hex[:6]}"
-        runner("--run-deadline", "4")
-        nodefence(co, name, node)
-        tainted: list[bool] = []
-        obj: dict | None = None
-        deadline = time.monotonic() + 400
-        while time.monotonic() < deadline:
-            obj = get_nf(co, name)
-            tainted.append(taint_present(lab_kube, node))
-            if conds(obj).get("Succeeded", {}).get("reason") == "RestartLimitReached":
-                break
-            time.sleep(0.5)
-        assert obj is not None
-        st, c = obj["status"], conds(obj)
-        assert st["status"] == "Error" and st["restarts"] == 1, st
-        assert c["FenceAgentActionSucceeded"]["reason"] == "FenceAgentTimedOut", c
-        assert "deadline: killed after 4 s" in c["FenceAgentActionSucceeded"]["message"]
-        assert c["Processing"]["reason"] == "FenceAgentTimedOut"
-        assert len(st["jobs"]) == 4
-        assert not any(tainted)
-        events = events_with(api, obj, "FenceAgentTimedOut")
-        assert any(e.reason == "FenceAgentTimedOut" and e.type == "Warning" for e in events)
-    finally:
-        silent.close()
-        fence_ns.standard(node)
-        lab_kube.power_on(node)
-        lab_kube.wait_nodes([node], "True", 120)
-
-
-def test_deleting_a_nodefence_cancels_its_run(
-    lab_kube: Any, api: client.ApiClient, fence_ns: FenceNamespace, runner: Callable[..., Runner]
-) -> None:
-    """A run in flight (a BMC that never answers) is canceled when its NodeFence is deleted."""
-    node = OTHER
-    silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    silent.bind(("127.0.0.1", 0))
-    fence_ns.put(
-        "config_map",
-        {
-            "metadata": {"name": "fence-method-template-ipmi-silent"},
-            "data": {
-                "template.properties": f"type=ipmi\naddress=127.0.0.1:{silent.getsockname()[1]}\nsecret=bmc-{node}\ncipher=3\n"
-            },
-        },
-    )
-    port = lab_kube.info["devices"]["fc_ports"][node]
-    fence_ns.put(
-        "config_map", fence_config(node, port, "", "ipmi-off", "", ipmi="fence-method-template-ipmi-silent")
-    )
-    lab_kube.power_off(node)
-    try:
-        lab_kube.wait_nodes([node], {"False", "Unknown"}, 120)
-        co = client.CustomObjectsApi(api)
-        name = f"nf-cancel-{uuid.uuid4().hex[:6]}"
-        r = runner()
-        nodefence(co, name, node)
-        ident = f"{name}-r0-power-management-a0"
-        art = private_dir(r, get_nf(co, name)) / "artifacts" / ident
-        wait_for(lambda: (art / "job_events").is_dir(), 120, f"run {ident} started")
-        co.delete_cluster_custom_object(*NF, name)
-        status = wait_for(
-            lambda: (art / "status").is_file() and (art / "status").read_text(), 60, f"run {ident} ended"
-        )
-        assert status == "canceled"
-        # ansible-runner writes the status file before its run() returns; the runner logs after it
-        wait_for(
-            lambda: [ln for ln in r.lines() if ln["msg"].startswith(f"run {ident}: canceled in ")],
-            30,
-            f"the runner's 'run {ident}: canceled' line",
-        )
-    finally:
-        silent.close()
-        # its finalizer holds it while the cleanup tries the silent BMC: let it go, or the next
-        # test's runner would take the cleanup over
-        delete_nodefences(api)
-        fence_ns.standard(node)
-        lab_kube.power_on(node)
-        lab_kube.wait_nodes([node], "True", 120)
-
-
-def test_missing_template_gives_a_condition_naming_it(
-    lab_kube: Any, api: client.ApiClient, fence_ns: FenceNamespace, runner: Callable[..., Runner]
-) -> None:
-    node = SPARE
-    port = lab_kube.info["devices"]["fc_ports"][node]
-    fence_ns.put(
-        "config_map",
-        fence_config(node, port, "fc-off", "ipmi-off", "fc-on", ipmi="fence-method-template-missing"),
-    )
-    try:
-        co = client.CustomObjectsApi(api)
-        name = f"nf-cfg-{uuid.uuid4().hex[:6]}"
-        runner()
-        nodefence(co, name, node)
-        obj = wait_for(
-            lambda: (
-                (o := get_nf(co, name))
-                and conds(o).get("Processing", {}).get("reason") == "FenceConfigInvalid"
-                and o
-            ),
-            120,
-            "Processing=False FenceConfigInvalid",
-        )
-        msg = conds(obj)["Processing"]["message"]
-        assert (
-            f"ConfigMap 'fence-config-{node}'" in msg
-            and "fence-method-template-missing" in msg
-            and "not found" in msg
-        )
-        assert conds(obj)["Processing"]["status"] == "False"
-        # the Event follows the status write (an Event is best effort and written after it)
-        wait_for(
-            lambda: any(
-                e.reason == "FenceConfigInvalid" and "fence-method-template-missing" in e.message
-                for e in events_of(api, obj)
-            ),
-            30,
-            "the FenceConfigInvalid Event",
-        )
-        co.delete_cluster_custom_object(*NF, name)
-    finally:
-        fence_ns.standard(node)
-
-
 # --- kill -9 at every state transition -----------------------------------------------------------------
 def test_kill9_at_every_transition_reaches_the_same_final_state(
     lab_kube: Any, api: client.ApiClient, fence_ns: FenceNamespace, runner: Callable[..., Runner], dead: str
@@ -708,53 +235,6 @@ def test_kill9_at_every_transition_reaches_the_same_final_state(
 
 
 # --- Metal3Remediation -----------------------------------------------------------------------------------
-@pytest.fixture
-def metal3_ns(lab_kube: Any, api: client.ApiClient) -> Iterator[str]:
-    core = client.CoreV1Api(api)
-    name = f"m3-{uuid.uuid4().hex[:6]}"
-    core.create_namespace({"metadata": {"name": name}})
-    yield name
-    core.delete_namespace(name)
-
-
-def metal3_objects(
-    lab: Any, api: client.ApiClient, ns: str, machine: str, node: str, bmc_node: str, spec: dict
-) -> None:
-    co = client.CustomObjectsApi(api)
-    bmc = lab.info["devices"]["bmcs"][bmc_node]
-    client.CoreV1Api(api).create_namespaced_secret(
-        ns,
-        {
-            "metadata": {"name": f"{machine}-bmc"},
-            "stringData": {"username": bmc["username"], "password": bmc["password"]},
-        },
-    )
-    co.create_namespaced_custom_object(
-        "metal3.io", "v1alpha1", ns, "baremetalhosts",
-        {"apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost", "metadata": {"name": f"{machine}-host"},
-         "spec": {"online": True, "bmc": {"address": f"ipmi://{bmc['host']}:{bmc['port']}", "credentialsName": f"{machine}-bmc"}}},
-    )  # fmt: skip
-    co.create_namespaced_custom_object(
-        "cluster.x-k8s.io", "v1beta1", ns, "machines",
-        {"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Machine",
-         "metadata": {"name": machine, "annotations": {"metal3.io/BareMetalHost": f"{ns}/{machine}-host"}},
-         "spec": {"clusterName": "lab", "bootstrap": {}, "infrastructureRef": {"kind": "Metal3Machine", "name": machine}}},
-    )  # fmt: skip
-    co.patch_namespaced_custom_object_status(
-        "cluster.x-k8s.io",
-        "v1beta1",
-        ns,
-        "machines",
-        machine,
-        {"status": {"nodeRef": {"kind": "Node", "name": node}}},
-    )
-    co.create_namespaced_custom_object(
-        *M3[:2], ns, M3[2],
-        {"apiVersion": f"{M3[0]}/{M3[1]}", "kind": "Metal3Remediation",
-         "metadata": {"name": machine, "annotations": {"remediation.noderemedy.io/runner": "true"}}, "spec": spec},
-    )  # fmt: skip
-
-
 def test_metal3_remediation_reboots_a_dead_node(
     lab_kube: Any, api: client.ApiClient, metal3_ns: str, runner: Callable[..., Runner]
 ) -> None:

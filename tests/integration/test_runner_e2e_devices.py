@@ -3,7 +3,7 @@ Redfish BMC (sushy-tools), a NodeFence of a cloud node with the seed's default c
 through the lab's EC2 endpoint (moto), and a Metal3Remediation of a ``redfish://`` BareMetalHost.
 
 The dead node is lab-node-1, turned NotReady by powering it off through the peer under test (its
-power hook stops the kwok heartbeat). Fixtures and helpers are test_runner_e2e's.
+power hook stops the kwok heartbeat). Fixtures and helpers are e2e_helpers'.
 """
 
 from __future__ import annotations
@@ -13,11 +13,9 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import e2e_helpers as e2e
 import pytest
-import test_runner_e2e as e2e
-from kube_helpers import wait_for
-from kubernetes import client
-from test_runner_e2e import (
+from e2e_helpers import (
     M3,
     OOS,
     ROOT,
@@ -30,6 +28,8 @@ from test_runner_e2e import (
     run_until,
     taint_present,
 )
+from kube_helpers import wait_for
+from kubernetes import client
 
 from ansible_collections.noderemedy.core.plugins.module_utils._aws import AwsInstanceDriver
 from ansible_collections.noderemedy.core.plugins.module_utils._redfish import RedfishDriver
@@ -37,7 +37,7 @@ from noderemedy_runner.executor import Executor
 
 pytestmark = [pytest.mark.lab, pytest.mark.kube]
 DEAD = "lab-node-1"
-# test_runner_e2e's fixtures, used here under their own names
+# e2e_helpers' fixtures, used here under their own names
 fence_ns, metal3_ns, runner = e2e.fence_ns, e2e.metal3_ns, e2e.runner
 
 

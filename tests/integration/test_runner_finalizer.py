@@ -19,10 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from kube_helpers import wait_for
-from kubernetes import client
-from runner_harness import Runner
-from test_runner_e2e import (  # noqa: F401 - fixtures are used by name
+from e2e_helpers import (  # noqa: F401 - fixtures are used by name
     DEAD,
     FenceNamespace,
     events_of,
@@ -34,6 +31,9 @@ from test_runner_e2e import (  # noqa: F401 - fixtures are used by name
     oos_on,
     runner,
 )
+from kube_helpers import wait_for
+from kubernetes import client
+from runner_harness import Runner
 from test_runner_restart import collapse, fc_sets, hung, power_sets  # noqa: F401 - hung is a fixture
 
 from noderemedy_lab.config import POWER_LABEL

@@ -14,10 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
-from kube_helpers import wait_for
-from kubernetes import client
-from kubernetes.client.rest import ApiException
-from test_runner_e2e import (  # noqa: F401 - fixtures are used by name
+from e2e_helpers import (  # noqa: F401 - fixtures are used by name
     DEAD,
     OTHER,
     SPARE,
@@ -30,6 +27,9 @@ from test_runner_e2e import (  # noqa: F401 - fixtures are used by name
     nodefence,
     runner,
 )
+from kube_helpers import wait_for
+from kubernetes import client
+from kubernetes.client.rest import ApiException
 
 from noderemedy_runner.machines.guards import MAINTENANCE_ANNOTATION
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from e2e_helpers import OOS, FenceNamespace, get_nf, nodefence
 from kube_helpers import kjson, wait_for
 from kubernetes import client
 from runner_harness import delete_nodefences
@@ -38,7 +39,6 @@ from test_real_node_fencing import (  # noqa: F401 - fixtures are used by name
     real_nodes_schedulable,
     scenario,
 )
-from test_runner_e2e import OOS, FenceNamespace, get_nf, nodefence
 from test_runner_guards import device_log
 
 from noderemedy_runner.job_manifests import job_name

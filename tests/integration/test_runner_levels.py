@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client
-from test_runner_e2e import (  # noqa: F401 - fixtures are used by name
+from e2e_helpers import (  # noqa: F401 - fixtures are used by name
     DEAD,
     FenceNamespace,
     Runner,
@@ -30,6 +29,7 @@ from test_runner_e2e import (  # noqa: F401 - fixtures are used by name
     oos_on,
     runner,
 )
+from kubernetes import client
 
 from noderemedy_lab.config import POWER_LABEL
 

@@ -4,7 +4,7 @@ misbehaviours the lab's BMCs can play (``Lab.bmc_mode``): one that accepts power
 (``lies``), one that stops answering (``silent``).
 
 Metal3Remediation objects are created by hand (with their Machine, BareMetalHost and BMC Secret),
-like test_runner_e2e's; fixtures and helpers are test_runner_e2e's. The node stays Ready
+like test_runner_e2e's; fixtures and helpers are e2e_helpers'. The node stays Ready
 throughout: neither BMC ever switches its power.
 """
 
@@ -16,14 +16,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import e2e_helpers as e2e
 import pytest
-import test_runner_e2e as e2e
+from e2e_helpers import M3, SPARE, Runner, events_with, metal3_objects, taint_present
 from kube_helpers import wait_for
 from kubernetes import client
-from test_runner_e2e import M3, SPARE, Runner, events_with, metal3_objects, taint_present
 
 pytestmark = [pytest.mark.lab, pytest.mark.kube]
-# test_runner_e2e's fixtures, used here under their own names
+# e2e_helpers' fixtures, used here under their own names
 fence_ns, metal3_ns, runner = e2e.fence_ns, e2e.metal3_ns, e2e.runner
 MACHINES = ("cluster.x-k8s.io", "v1beta1", "machines")
 

@@ -16,10 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from kube_helpers import wait_for
-from kubernetes import client
-from runner_harness import Runner
-from test_runner_e2e import (  # noqa: F401 - fixtures are used by name
+from e2e_helpers import (  # noqa: F401 - fixtures are used by name
     DEAD,
     OOS,
     FenceNamespace,
@@ -31,6 +28,9 @@ from test_runner_e2e import (  # noqa: F401 - fixtures are used by name
     oos_on,
     runner,
 )
+from kube_helpers import wait_for
+from kubernetes import client
+from runner_harness import Runner
 from test_runner_restart import NF, hung, in_flight  # noqa: F401 - hung is a fixture
 
 pytestmark = [pytest.mark.lab, pytest.mark.kube]

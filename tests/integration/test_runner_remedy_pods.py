@@ -16,16 +16,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kube_helpers import kjson, wait_for
-from kubernetes import client
-from runner_harness import Runner, events, nodefences, write_config
-from test_real_node_fencing import REAL
-from test_runner_e2e import (  # noqa: F401 - fixtures are used by name
+from e2e_helpers import (  # noqa: F401 - fixtures are used by name
     OOS,
     POLICY,
     FenceNamespace,
     fence_ns,
 )
+from kube_helpers import kjson, wait_for
+from kubernetes import client
+from runner_harness import Runner, events, nodefences, write_config
+from test_real_node_fencing import REAL
 
 from noderemedy_lab.images import BUSYBOX_IMAGE
 from noderemedy_lab.realnode import REAL_TAINT

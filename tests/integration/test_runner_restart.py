@@ -23,10 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kube_helpers import wait_for
-from kubernetes import client
-from runner_harness import Runner
-from test_runner_e2e import (  # noqa: F401 - fixtures are used by name
+from e2e_helpers import (  # noqa: F401 - fixtures are used by name
     DEAD,
     OTHER,
     SPARE,
@@ -41,6 +38,9 @@ from test_runner_e2e import (  # noqa: F401 - fixtures are used by name
     oos_on,
     runner,
 )
+from kube_helpers import wait_for
+from kubernetes import client
+from runner_harness import Runner
 
 from noderemedy_lab import bmc as lab_bmc
 from noderemedy_lab.config import POWER_LABEL

@@ -27,11 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kube_helpers import apply, kjson, wait_for
-from kubernetes import client
-from kubernetes.client.rest import ApiException
-from test_node_taint_volumes import ADC_ANNOTATION, StandInAttacher
-from test_runner_e2e import (  # noqa: F401 - fixtures are used by name
+from e2e_helpers import (  # noqa: F401 - fixtures are used by name
     DEAD,
     M3,
     NF,
@@ -51,6 +47,10 @@ from test_runner_e2e import (  # noqa: F401 - fixtures are used by name
     oos_on,
     runner,
 )
+from kube_helpers import apply, kjson, wait_for
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+from test_node_taint_volumes import ADC_ANNOTATION, StandInAttacher
 from test_runner_guards import device_log, processing
 
 from noderemedy_runner.machines.release import old_pods

@@ -28,11 +28,7 @@ from typing import Any
 
 import pytest
 import yaml
-from kube_helpers import wait_for
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
-from runner_harness import Runner, delete_nodefences, write_config
-from test_runner_e2e import (  # noqa: F401 - fixtures are used by name
+from e2e_helpers import (  # noqa: F401 - fixtures are used by name
     DEAD,
     POLICY,
     FenceNamespace,
@@ -42,6 +38,10 @@ from test_runner_e2e import (  # noqa: F401 - fixtures are used by name
     nodefence,
     oos_on,
 )
+from kube_helpers import wait_for
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from runner_harness import Runner, delete_nodefences, write_config
 from test_runner_restart import NF, hung, in_flight, power_sets  # noqa: F401 - hung is a fixture
 
 from noderemedy_runner.job_manifests import job_name

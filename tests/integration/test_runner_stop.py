@@ -13,9 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from kube_helpers import wait_for
-from kubernetes import client
-from test_runner_e2e import (  # noqa: F401 - fixtures are used by name
+from e2e_helpers import (  # noqa: F401 - fixtures are used by name
     DEAD,
     FenceNamespace,
     Runner,
@@ -28,6 +26,8 @@ from test_runner_e2e import (  # noqa: F401 - fixtures are used by name
     nodefence,
     runner,
 )
+from kube_helpers import wait_for
+from kubernetes import client
 from test_runner_guards import device_log, processing
 
 from noderemedy_runner.machines.nodefence import CONFIRM_DOWN_ANNOTATION, STOP_ANNOTATION

@@ -26,10 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kube_helpers import wait_for
-from kubernetes import client
-from runner_harness import Runner, delete_nodefences, events, nodefences, write_config
-from test_runner_e2e import (  # noqa: F401 - fixtures are used by name
+from e2e_helpers import (  # noqa: F401 - fixtures are used by name
     OOS,
     POLICY,
     FenceNamespace,
@@ -37,6 +34,9 @@ from test_runner_e2e import (  # noqa: F401 - fixtures are used by name
     fence_ns,
     power_log,
 )
+from kube_helpers import wait_for
+from kubernetes import client
+from runner_harness import Runner, delete_nodefences, events, nodefences, write_config
 
 from noderemedy_lab import conditions
 from noderemedy_lab.procs import require_binary

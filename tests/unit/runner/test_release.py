@@ -8,8 +8,8 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from _nodefence_helpers import VERIFIED, cstat, observe, run_ref, status, written
 from nodefence_world import NAME, NODE, T0, fence_config
-from test_nodefence import VERIFIED, cstat, observe, run_ref, status, written
 
 from noderemedy_runner.loops.release import ReleaseLedger
 from noderemedy_runner.machines.conditions import Condition

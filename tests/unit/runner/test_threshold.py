@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from _nodefence_helpers import CONFIG, NOW, POLICY, STORAGE_VERIFIED, observe, run_ref, status, written
 from nodefence_world import NAME, NODE, T0
-from test_nodefence import CONFIG, NOW, POLICY, STORAGE_VERIFIED, observe, run_ref, status, written
 
 from noderemedy_runner.config.fence import parse_fence_config
 from noderemedy_runner.config.remedy import Threshold
