@@ -54,7 +54,8 @@ MONITOR_NODE = "lab-real-0"
 #: :data:`SECONDS_PER_TEST` per test when it is an integration test, 0 otherwise (most unit test
 #: files take a few seconds; the two listed run exhaustive sweeps of the state machines).
 FILE_SECONDS = {
-    "test_runner_e2e.py": 566,
+    "test_runner_e2e.py": 414,
+    "test_runner_e2e_faults.py": 152,  # its four tests, split from test_runner_e2e.py (junit of a CI run)
     # real nodes (measured with test_static_pod_monitor_pod.py, ./dev test -n 1, load average 8)
     "test_static_pod_role_defaults.py": 375,
     "test_static_pod_apiserver_node.py": 487,  # real nodes (measured alone, 2026-11, a loaded machine)
