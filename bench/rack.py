@@ -11,9 +11,8 @@ lifecycle controller (grace period 20 s).
 (isolation ``fc-off``, power management ``pdu-off pdu-on``, recovery ``fc-on``: the PDU both proves
 the node off and brings it back), a Configuration that makes a NodeFence as soon as a node is
 NotReady (period 0 s) and a storm guard that lets the whole rack be fenced (the lab is the rack).
-Each runner setting is one phase: the executor (``--executors``) and ``--max-power-fencing``
-(``--max-power-fencing``: ``default`` = the runner's own default, whatever it is in the tree; a
-number = that setting). A phase ends when every NodeFence is Final (or after ``--timeout``); the
+Each runner setting is one phase: the executor (``--executors``; ``job``: bench/rack_jobs.py) and
+``--max-power-fencing`` (``default``: the runner's own, whatever it is in the tree; or a number). A phase ends when every NodeFence is Final (or after ``--timeout``); the
 rack is then restored (NodeFences deleted, taints removed, outlets and ports on, every node Ready).
 
 **FAR** (``--far-src DIR``, bench/far.py): built from that checkout, run out of cluster, one
@@ -46,7 +45,7 @@ management ``ipmi-off ipmi-on`` only (no FC isolation or recovery), FAR with ``f
 Writes ``bench/results/rack.json`` (``--out``), ``bench/results/peers.json`` (``--peers-out``) and,
 when FAR ran, ``docs/img/rack-release.{png,svg}`` (``--plot``).
 
-Usage: ``.venv/bin/python bench/rack.py [--nodes 40] [--port-base 30400] [--executors inprocess]
+Usage: ``.venv/bin/python bench/rack.py [--nodes 40] [--port-base 30400] [--executors inprocess,job]
 [--max-power-fencing default,40] [--far-src /work/far-src] [--timeout 300]``.
 """
 
@@ -73,6 +72,7 @@ sys.path.insert(0, str(ROOT / "lab"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import far  # noqa: E402
+import rack_jobs  # noqa: E402
 import tables  # noqa: E402
 from kubernetes import client  # noqa: E402
 from kubernetes.client.exceptions import ApiException  # noqa: E402
@@ -83,10 +83,7 @@ from noderemedy_lab.lab import Lab  # noqa: E402
 from noderemedy_lab.rack import Rack  # noqa: E402
 
 NAMESPACE = "noderemedy-bench"
-JOB_NOT_MEASURED = (
-    "bench/rack.py runs the in-process executor only so far: the Job executor needs the remediation "
-    "pod image on real nodes and the rack's devices addressed at the lab's relay host"
-)
+JOB_NOT_MEASURED = "not run: bench/rack.py --executors inprocess,job (the Job executor: bench/rack_jobs.py)"
 OOS = "node.kubernetes.io/out-of-service"
 NF = ("remediation.noderemedy.io", "v1alpha1", "nodefences")
 RUN_START = re.compile(r"^run (\S+): (\S+\.yml) for ")
@@ -321,25 +318,29 @@ def restore(lab: Lab, rack: Rack, nodes: list[str]) -> None:
 
 
 def run_ours(lab: Lab, rack: Rack, tmp: Path, label: str, executor: str, mpf: str, nodes: list[str],
-             fail: Any, args: argparse.Namespace) -> dict[str, Any]:  # fmt: skip
-    """One phase of our runner: start it, ``fail()``, wait for every NodeFence Final, measure."""
+             fail: Any, args: argparse.Namespace, job: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+    """One phase of our runner: start it, ``fail()``, wait for every NodeFence Final, measure.
+    ``job``: the Job executor's setting (:func:`rack_jobs.prepare`): its namespace and identity."""
     cfg = tmp / "remedy.yaml"
     cfg.write_text(CONFIG if args.rack is None else CONFIG_DEFAULT_STORM)
     log = tmp / f"runner-{label}.log"
-    argv = [str(RUNNER), "--kubeconfig", str(lab.kubeconfig), "--namespace", NAMESPACE, "--config", str(cfg),
+    namespace = job["namespace"] if job else NAMESPACE
+    argv = [str(RUNNER), "--kubeconfig", str(lab.kubeconfig), "--namespace", namespace, "--config", str(cfg),
             "--metrics-addr", "127.0.0.1:0", "--identity", f"bench-{label}", "--executor", executor,
             "--data-dir", str(tmp / f"data-{label}"), "--device-check-interval", "0", "--retry-delay", "2",
             "--run-env", f"SNMP_PERSISTENT_DIR={lab.info['devices']['snmp_persistent_dir']}"]  # fmt: skip
     if mpf != "default":
         argv += ["--max-power-fencing", mpf]
-    runner = subprocess.Popen(argv, stdout=log.open("w"), stderr=subprocess.STDOUT)
+    env = {**os.environ, **(job["env"] if job else {})}
+    runner = subprocess.Popen(argv, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env)
     obs = RackObserver(lab.api_client(), set(nodes))
     try:
         wait(lambda: '"msg": "acting"' in log.read_text() or runner.poll() is not None, 120, "the runner")
         if runner.poll() is not None:
             raise RuntimeError(f"runner exited:\n{log.read_text()[-3000:]}")
-        sampler = ProcSampler(runner.pid)
+        sampler, meter = ProcSampler(runner.pid), rack_jobs.PodMeter(lab, job)
         sampler.start()
+        meter.start()
         obs.start()
         time.sleep(2)  # the watches have listed
         print(f"[{label}] failing {len(nodes)} node(s)", flush=True)
@@ -372,6 +373,7 @@ def run_ours(lab: Lab, rack: Rack, tmp: Path, label: str, executor: str, mpf: st
         "rss_mb": round(hwm / 1024, 1),
         "released_without_evidence": len(bad := evidence_missing(rack, obs, nodes, since)),
         "released_without_evidence_nodes": bad,
+        **meter.figures(own, log.read_text()),
     })  # fmt: skip
     print(f"FIGURE rack {label}: {json.dumps(out)}", flush=True)
     return out
@@ -442,7 +444,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--nodes", type=int, default=40)
     ap.add_argument("--port-base", type=int, default=int(os.environ.get("NODEREMEDY_LAB_PORT_BASE", "30400")))
-    ap.add_argument("--executors", default="inprocess", help="inprocess (the Job executor: not yet)")
+    ap.add_argument("--executors", default="inprocess",
+                    help="inprocess, job or both (job: Jobs on 2 real nodes, bench/rack_jobs.py)")  # fmt: skip
     ap.add_argument("--max-power-fencing", default="default,rack",
                     help="comma-separated settings: 'default' (the runner's own), 'rack' (the rack's nodes) or N")  # fmt: skip
     ap.add_argument("--far-src", type=Path, default=None, help="a fence-agents-remediation checkout")
@@ -458,8 +461,10 @@ def main() -> int:
     args = ap.parse_args()
     # a SIGTERM (a CI timeout, kill) unwinds like Ctrl-C: the lab and the runner are stopped
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    if "job" in args.executors.split(","):
-        ap.error(f"--executors job: {JOB_NOT_MEASURED}")
+    executors = args.executors.split(",")
+    if set(executors) - {"inprocess", "job"}:
+        ap.error(f"--executors: {args.executors!r}: inprocess, job or both")
+    archive = rack_jobs.image() if "job" in executors else None
     began = datetime.now(UTC).isoformat(timespec="seconds")
     load0 = os.getloadavg()[0]
     work = Path(tempfile.mkdtemp(prefix="bench-rack-"))
@@ -476,7 +481,8 @@ def main() -> int:
     # a rack of part of a large lab: upstream's grace period and Lease, as the 1,000-node benches
     # (bench/watcher.py); with the lab's 20 s, a lab of 1,000 kwok nodes never had them all Ready
     # here (about half flapped Unknown for 300 s)
-    timing = UPSTREAM_TIMING if args.rack is not None else {}
+    timing: dict[str, Any] = UPSTREAM_TIMING if args.rack is not None else {}
+    timing = {**timing, "real_nodes": rack_jobs.REAL_NODES if archive is not None else 0}
     lab = Lab(
         LabConfig(
             workdir=work / "lab", nodes=args.nodes, port_base=args.port_base, rack=args.rack is None, **timing
@@ -498,17 +504,19 @@ def main() -> int:
         nodes = rack.nodes
         lab.kubectl("apply", "-f", str(ROOT / "deploy" / "crds"), check=True)
         lab.kubectl("create", "namespace", NAMESPACE, check=True)
-        for ex in args.executors.split(","):
+        job = rack_jobs.prepare(lab, rack, archive) if archive is not None else None
+        for ex in executors:
             settings = {}
             for mpf in args.max_power_fencing.split(","):
                 setting = str(len(nodes)) if mpf == "rack" else mpf
-                apply(lab, rack.fence_configuration(NAMESPACE, power="pdu"))
+                ns, host = (job["namespace"], job["host"]) if ex == "job" and job else (NAMESPACE, None)
+                apply(lab, rack.fence_configuration(ns, power="pdu", host=host))
                 settings[mpf] = run_ours(lab, rack, work, f"{ex}-mpf-{setting}", ex, setting, nodes,
-                                         rack.power_loss, args)  # fmt: skip
+                                         rack.power_loss, args, job if ex == "job" else None)  # fmt: skip
                 restore(lab, rack, nodes)
             first = next(iter(settings.values()))
             results["executors"][ex] = {**first, "by_max_power_fencing": settings}
-        if "job" not in args.executors.split(","):
+        if "job" not in executors:
             results["executors"]["job"] = {"not_measured": JOB_NOT_MEASURED}
         single: dict[str, Any] = {}
         if not args.no_single:

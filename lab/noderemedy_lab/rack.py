@@ -270,7 +270,9 @@ class Rack:
         return {**os.environ, "SNMP_PERSISTENT_DIR": self.lab.info["devices"]["snmp_persistent_dir"]}
 
     # ------------------------------------------------------------------ fence configuration
-    def fence_configuration(self, namespace: str, power: str = "pdu", storage: bool = True) -> list[dict]:
+    def fence_configuration(
+        self, namespace: str, power: str = "pdu", storage: bool = True, host: str | None = None
+    ) -> list[dict]:
         """The rack's fence configuration in the node remedy seed's format (docs/fence-config.md),
         for a runner in ``namespace`` on the host: per node ``fence-config-<node>`` with isolation
         ``fc-off`` (its switch port), power management ``pdu-off pdu-on`` (its outlet; ``power``
@@ -281,6 +283,10 @@ class Rack:
 
         A PDU power loss is healed only by the PDU (a BMC power-on cannot bring back a node whose
         outlet is off), so ``power="ipmi"`` suits the switch loss only.
+
+        ``host``: the address the devices are reached at instead of their own (the real nodes'
+        relay host, :meth:`noderemedy_lab.realnode.RealNodes.relay_devices`, for runs in pods);
+        the ports stay the devices' own.
         """
         if power not in ("pdu", "ipmi"):
             raise ValueError(f"power: expected 'pdu' or 'ipmi', got {power!r}")
@@ -298,13 +304,13 @@ class Rack:
             cm(
                 "fence-method-template-rack-pdu",
                 {
-                    "template.properties": f"type=pdu\nmodel=apc-rpdu\naddress={pdu['host']}:{pdu['port']}\nsecret=rack-pdu\n"
+                    "template.properties": f"type=pdu\nmodel=apc-rpdu\naddress={host or pdu['host']}:{pdu['port']}\nsecret=rack-pdu\n"
                 },
             ),  # fmt: skip
             cm(
                 "fence-method-template-rack-switch",
                 {
-                    "template.properties": f"type=fc\nmodel=ifmib\naddress={fc['host']}:{fc['port']}\nsecret=rack-switch\n"
+                    "template.properties": f"type=fc\nmodel=ifmib\naddress={host or fc['host']}:{fc['port']}\nsecret=rack-switch\n"
                 },
             ),  # fmt: skip
         ]
@@ -315,7 +321,7 @@ class Rack:
                 cm(
                     f"fence-method-template-bmc-{n}",
                     {
-                        "template.properties": f"type=ipmi\naddress={bmc['host']}:{bmc['port']}\nsecret=bmc-{n}\ncipher={bmc['cipher']}\n"
+                        "template.properties": f"type=ipmi\naddress={host or bmc['host']}:{bmc['port']}\nsecret=bmc-{n}\ncipher={bmc['cipher']}\n"
                     },
                 ),  # fmt: skip
                 cm(

@@ -107,6 +107,22 @@ def test_without_storage_the_rack_fence_configuration_only_powers_the_node(tmp_p
         assert steps == [[], ["ipmi-off", "ipmi-on"], []]
 
 
+@pytest.mark.parametrize("power", ["pdu", "ipmi"])
+def test_a_relay_host_replaces_every_devices_address_and_keeps_its_port(tmp_path: Path, power: str) -> None:
+    """Runs in pods reach the rack's devices through relays (bench/rack_jobs.py): same ports."""
+    lab = FakeLab(tmp_path)
+    docs = Rack(lab).fence_configuration("ns", power=power, host="10.9.0.1")
+    cms = {d["metadata"]["name"]: d["data"] for d in docs if d["kind"] == "ConfigMap"}
+    templates = {k: v for k, v in cms.items() if k.startswith("fence-method-template-")}
+    for node in NODES:
+        cfg = parse_fence_config(f"fence-config-{node}", cms[f"fence-config-{node}"], templates, node)
+        methods = [m for s in ("Isolation", "PowerManagement", "Recovery") for m in cfg.methods(s)]
+        assert {m.template.ipaddr for m in methods} == {"10.9.0.1"}
+        own = {"fc": lab.info["devices"]["snmp"]["fc"]["port"], "pdu": lab.info["devices"]["snmp"]["apc-rpdu"]["port"],
+               "ipmi": lab.info["devices"]["bmcs"][node]["port"]}  # fmt: skip
+        assert all(m.template.ipport == own[m.template.device_type] for m in methods)
+
+
 def test_kwok_keeps_its_default_workers_for_small_labs_and_one_per_20_nodes_beyond() -> None:
     from noderemedy_lab.kube import kwok_workers
 
