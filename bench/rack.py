@@ -12,8 +12,9 @@ lifecycle controller (grace period 20 s).
 the node off and brings it back), a Configuration that makes a NodeFence as soon as a node is
 NotReady (period 0 s) and a storm guard that lets the whole rack be fenced (the lab is the rack).
 Each runner setting is one phase: the executor (``--executors``; ``job``: bench/rack_jobs.py) and
-``--max-power-fencing`` (``default``: the runner's own, whatever it is in the tree; or a number). A phase ends when every NodeFence is Final (or after ``--timeout``); the
-rack is then restored (NodeFences deleted, taints removed, outlets and ports on, every node Ready).
+``--max-power-fencing`` (``default``: the runner's own, whatever it is in the tree; or a number).
+A phase ends when every NodeFence is Final (or after ``--timeout``); the rack is then restored
+(NodeFences deleted, taints removed, outlets and ports on, every node Ready).
 
 **FAR** (``--far-src DIR``, bench/far.py): built from that checkout, run out of cluster, one
 ``FenceAgentsRemediation`` created for each node at the moment the node is seen NotReady (when
@@ -444,8 +445,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--nodes", type=int, default=40)
     ap.add_argument("--port-base", type=int, default=int(os.environ.get("NODEREMEDY_LAB_PORT_BASE", "30400")))
-    ap.add_argument("--executors", default="inprocess",
-                    help="inprocess, job or both (job: Jobs on 2 real nodes, bench/rack_jobs.py)")  # fmt: skip
+    ap.add_argument("--executors", default="inprocess", help="inprocess, job or both (bench/rack_jobs.py)")
     ap.add_argument("--max-power-fencing", default="default,rack",
                     help="comma-separated settings: 'default' (the runner's own), 'rack' (the rack's nodes) or N")  # fmt: skip
     ap.add_argument("--far-src", type=Path, default=None, help="a fence-agents-remediation checkout")
@@ -464,7 +464,7 @@ def main() -> int:
     executors = args.executors.split(",")
     if set(executors) - {"inprocess", "job"}:
         ap.error(f"--executors: {args.executors!r}: inprocess, job or both")
-    archive = rack_jobs.image() if "job" in executors else None
+    archive = rack_jobs.build_image() if "job" in executors else None  # before the lab: ./dev image
     began = datetime.now(UTC).isoformat(timespec="seconds")
     load0 = os.getloadavg()[0]
     work = Path(tempfile.mkdtemp(prefix="bench-rack-"))

@@ -23,23 +23,19 @@ from pathlib import Path
 from typing import Any
 
 from remedy_pods import NAMESPACE as JOB_NAMESPACE
-from remedy_pods import OVERLAY, build_image, placeholder_pod
+from remedy_pods import OVERLAY, build_image, placeholder_pod  # noqa: F401 - build_image for rack.py
 
 #: Real nodes the rack lab starts for the Job executor (the Jobs' placement; never a rack node).
 REAL_NODES = 2
 
 
-def image() -> Any:
-    """The remediation pod image's archive (Path), built before the lab starts (``./dev image``,
-    cached when the checkout is unchanged)."""
-    return build_image()
-
-
-def prepare(lab: Any, rack: Any, archive: Any) -> dict[str, Any]:
+def prepare(lab: Any, rack: Any, archive: Path) -> dict[str, Any]:
     """Everything the Job executor needs on a started rack lab with real nodes; returns
     ``{"namespace", "env", "host"}``: the runner's namespace (fence configuration goes there), the
-    runner's environment (the placeholder pod's identity) and the devices' relay address.
-    RuntimeError when the lab has no real nodes."""
+    runner's environment (the placeholder pod's identity) and the devices' relay address (the PDU
+    and the switch only: a configuration for the Jobs must not name the BMCs). ``archive``: the
+    remediation pod image (:func:`build_image`, called before the lab starts). RuntimeError when
+    the lab has no real nodes."""
     if lab.real is None:
         raise RuntimeError("the Job executor needs the lab's real nodes (LabConfig real_nodes)")
     lab.import_image(archive)

@@ -286,7 +286,8 @@ class Rack:
 
         ``host``: the address the devices are reached at instead of their own (the real nodes'
         relay host, :meth:`noderemedy_lab.realnode.RealNodes.relay_devices`, for runs in pods);
-        the ports stay the devices' own.
+        the ports stay the devices' own. Every device named gets that address: relay each one the
+        configuration's steps use.
         """
         if power not in ("pdu", "ipmi"):
             raise ValueError(f"power: expected 'pdu' or 'ipmi', got {power!r}")

@@ -80,7 +80,7 @@ class KubeIO:
         self.custom = api(api_client, client.CustomObjectsApi)
         self.storage = api(api_client, client.StorageV1Api)
         self.events = events or EventRecorder(api_client)
-        self._nodes: tuple[float, list[dict[str, Any]]] | None = None
+        self._nodes: tuple[float, tuple[dict[str, Any], ...]] | None = None
         self._nodes_lock = threading.Lock()
 
     # --- reads -----------------------------------------------------------------------------
@@ -121,17 +121,18 @@ class KubeIO:
         except NotFound:
             return None
 
-    def recent_nodes(self, max_age: float = NODE_LIST_SECONDS) -> list[dict[str, Any]]:
+    def recent_nodes(self, max_age: float = NODE_LIST_SECONDS) -> tuple[dict[str, Any], ...]:
         """Every Node, from a list made at most ``max_age`` seconds ago (monotonic clock) by any
         caller of this KubeIO, else listed now. For fleet-wide counts that a second's age does not
         change (which nodes are Ready, which are control-plane): when a rack fails, its NodeFences
         start their steps within seconds of each other, and one list of 1,000 Nodes each made the
         API server time out. Callers waiting for a list in progress take its result. Not for a
-        node's own fields that must be read after something else (read :meth:`get_node`)."""
+        node's own fields that must be read after something else (read :meth:`get_node`). A tuple:
+        every caller gets the same one, which none may change."""
         with self._nodes_lock:
             if self._nodes is None or time.monotonic() - self._nodes[0] > max_age:
                 items = read_json(self.core.list_node(_preload_content=False)).get("items") or []
-                self._nodes = (time.monotonic(), list(items))
+                self._nodes = (time.monotonic(), tuple(items))
             return self._nodes[1]
 
     def get_configmap_data(self, namespace: str, name: str) -> dict[str, Any] | None:
