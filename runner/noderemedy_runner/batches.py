@@ -62,6 +62,7 @@ from noderemedy_runner.run_processes import (
     write_settings,
 )
 from noderemedy_runner.shared_devices import SHARED_VAR, shared_device, shared_key
+from noderemedy_runner.shared_results import DONE_FACT, served_events
 
 log = logging.getLogger(__name__)
 #: the per-run lines (``run <ident>: ...``) go where a run of its own logs them
@@ -74,8 +75,6 @@ run_log = logging.getLogger("noderemedy_runner.executor")
 BATCHED_PLAYBOOKS = ("fence_step.yml", "fence_verify.yml", "out_of_service_taint.yml")
 #: The extra variable naming the batch's hosts (the inventory group ``all``).
 HOSTS_VAR = "noderemedy_hosts"
-#: The fact the batched playbooks' last task sets: the host went through the whole play.
-DONE_FACT = "noderemedy_host_done"
 #: Default seconds a batch waits for more runs of its playbook before it starts.
 BATCH_WINDOW = 0.25
 #: A batch whose runs keep coming gathers them until a window passes with none, for at most this
@@ -458,11 +457,18 @@ class BatchingExecutor(Executor):
             req.outcome = outcome
             req.done.set()
 
+        node_hosts = {str(r.extravars.get("node")): r.host for r in live}
+
         def on_event(ev: dict[str, Any]) -> bool:
-            host = event_host(ev)
+            split = served_events(ev, node_hosts)  # the shared call's tasks, run once for many hosts
+            for host, own in split if split is not None else [(event_host(ev), ev)]:
+                on_host_event(host, own)
+            return True
+
+        def on_host_event(host: str | None, ev: dict[str, Any]) -> None:
             req = by_host.get(host or "")
             if req is None or req.done.is_set() or ev.get("event") not in _HOST_EVENTS:
-                return True
+                return
             host_events[req.host].append(ev)
             _write_event(req.private / "artifacts" / req.ident, ev, len(host_events[req.host]))
             end = ends_host(ev)
@@ -471,7 +477,6 @@ class BatchingExecutor(Executor):
                     req.ident, req.host, host_events[req.host], end, None, time.monotonic() - started
                 )
                 deliver(req, outcome, host_events[req.host])
-            return True
 
         token = new_token()
         write_settings(private)

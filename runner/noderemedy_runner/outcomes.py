@@ -37,6 +37,10 @@ FENCE_MODULES: dict[str, str] = {
 }
 #: The module fence_step.yml releases workloads with (``release_workloads``: the out-of-service taint).
 RELEASE_MODULE = "noderemedy.core.node_taint"
+#: The module fence_step.yml's first play releases the hosts of a shared device call with, in one
+#: call: its result has one entry per node (``nodes``), which the batches hand to each node's host
+#: as that host's own release result (:mod:`noderemedy_runner.shared_results`).
+SHARED_RELEASE_MODULE = "noderemedy.core.node_release"
 #: The fact the fence step role's evidence task sets (``roles/fence_step/tasks/evidence.yml``):
 #: ``{"fenced": bool, "kind": "power_off" | "storage_isolated", "source": method names}``, or {}.
 READING_FACT = "fence_step_reading"
@@ -140,7 +144,10 @@ def release_from_events(events: Sequence[Mapping[str, Any]]) -> Release | None:
         if ev.get("event") not in ("runner_on_ok", "runner_on_failed"):
             continue
         data = ev.get("event_data") or {}
-        if str(data.get("resolved_action") or data.get("task_action") or "") != RELEASE_MODULE:
+        if str(data.get("resolved_action") or data.get("task_action") or "") not in (
+            RELEASE_MODULE,
+            SHARED_RELEASE_MODULE,
+        ):
             continue
         res = data.get("res") or {}
         if res.get("skipped"):
@@ -307,6 +314,7 @@ __all__ = [
     "MAX_TASK_MESSAGE",
     "READING_FACT",
     "RELEASE_MODULE",
+    "SHARED_RELEASE_MODULE",
     "ModuleResult",
     "Release",
     "RunOutcome",

@@ -60,7 +60,10 @@ def shared_key(playbook: str, extravars: Mapping[str, Any]) -> str:
 
 def shared_device(playbook: str, by_host: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | None:
     """The extra variable :data:`SHARED_VAR` for a batch whose runs' extravars are ``by_host``
-    (inventory host -> extravars), or None when fewer than two of them share a device.
+    (inventory host -> extravars), or None when no run's first method is on a shareable device.
+    A lone host gets the call too: the playbook's first play then settles its whole step in a few
+    tasks run once (:mod:`noderemedy_runner.shared_results`), where the step play would run half a
+    dozen for it.
 
     Shape: ``{"method": <the first method's extravars less name, plug and template>, "hosts":
     [host, ...], "plugs": [plug as str, ...]}`` -- the hosts of the largest group with one
@@ -74,8 +77,6 @@ def shared_device(playbook: str, by_host: Mapping[str, Mapping[str, Any]]) -> di
     if not groups:
         return None
     key, hosts = max(sorted(groups.items()), key=lambda kv: len(kv[1]))
-    if len(hosts) < 2:
-        return None
     return {
         "method": _device(by_host[hosts[0]]["methods"][0]),
         "hosts": hosts,

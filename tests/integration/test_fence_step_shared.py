@@ -17,7 +17,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ PLAYBOOK = ROOT / "playbooks" / "fence_step.yml"
 ROLE = "noderemedy.core.fence_step : "
 SWITCH_TASK = ROLE + "Switch the FC switch port (fc method)"
 EVIDENCE_TASK = ROLE + "Choose this run's evidence of a verified fence"
+SERVED_TASK = "Settle the step of each host the shared call served whole"
 
 
 def fc_method(lab: Any, plug: str, state: str) -> dict[str, Any]:
@@ -54,21 +55,28 @@ def run_step(
     state: str,
     collections: Path,
     shared_hosts: list[str] | None = None,
+    method: Callable[[Any, str, str], dict[str, Any]] = fc_method,
+    host_vars: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, dict[str, dict[str, Any]]]:
     """``fence_step.yml`` for one host per ``plugs`` entry (host -> port), as one batch whose hosts
-    (``shared_hosts``: all of them by default) share the switch. Returns play name -> task name ->
-    host -> result (the last result of a task name in that play)."""
+    (``shared_hosts``: all of them by default) share the device of ``method(lab, plug, state)``
+    (the switch's by default); ``host_vars``: host -> variables added to its own (``node`` is
+    ``node-<host>`` unless given). Returns play name -> task name -> host -> result (the last
+    result of a task name in that play)."""
     on_device = sorted(plugs) if shared_hosts is None else sorted(shared_hosts)
     hosts = {
-        host: {"node": f"node-{host}", "namespace": ns.name, "methods": [fc_method(lab, plug, state)]}
+        host: {
+            "node": f"node-{host}",
+            "namespace": ns.name,
+            "methods": [method(lab, plug, state)],
+            **(host_vars or {}).get(host, {}),
+        }
         for host, plug in plugs.items()
     }
     inventory = tmp_path / f"inventory-{state}.json"
     inventory.write_text(json.dumps({"all": {"hosts": hosts}}))
     shared = {
-        "method": {
-            k: v for k, v in fc_method(lab, "", state).items() if k not in ("name", "plug", "template")
-        },
+        "method": {k: v for k, v in method(lab, "", state).items() if k not in ("name", "plug", "template")},
         "hosts": on_device,
         "plugs": [plugs[h] for h in on_device],
     }
@@ -108,8 +116,21 @@ def run_step(
     return out
 
 
+def served(results: dict[str, dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """host -> its entry of the first play's ``fence_step_served`` fact (filter
+    ``noderemedy.core.shared_step``: the hosts whose whole step the shared call settled)."""
+    task = results["Switch the plugs of the hosts that share a device in one call"].get(SERVED_TASK, {})
+    entries = [
+        e for r in task.values() for e in (r.get("ansible_facts") or {}).get("fence_step_served") or []
+    ]
+    return {e["host"]: e for e in entries}
+
+
 def evidence(results: dict[str, dict[str, dict[str, Any]]], host: str) -> dict[str, Any]:
-    """``host``'s ``fence_step_evidence`` fact from the step play's evidence task ({} if none)."""
+    """``host``'s evidence: from the first play's ``fence_step_served`` when the shared call settled
+    its step, else the ``fence_step_evidence`` fact of the step play's evidence task ({} if none)."""
+    if host in served(results):
+        return dict(served(results)[host]["evidence"])
     step = results["Run one fence step of a NodeFence"]
     res = step.get(EVIDENCE_TASK, {}).get(host)
     return dict((res or {}).get("ansible_facts", {}).get("fence_step_evidence") or {})
@@ -163,6 +184,11 @@ def test_hosts_on_one_switch_get_one_call_and_each_its_own_ports_evidence(switch
         ev = evidence(res, host)
         assert ev.get("verified") is True and ev.get("plugs") == [plug], (host, ev)
         assert ev.get("target") == target and ev.get("state") == "disabled", (host, ev)
+    # the call settled every host's step (one method each): the step play ended at once for them
+    assert sorted(served(res)) == sorted(plugs), served(res)
+    assert all(served(res)[h]["reading"] == {"fenced": True, "kind": "storage_isolated", "source": "fc-disabled"}
+               for h in plugs), served(res)  # fmt: skip
+    assert EVIDENCE_TASK not in step, f"no host ran the step play's evidence task: {step.get(EVIDENCE_TASK)}"
     assert switch.admin(PORTS) == ["2", "2", "2"]
     print(f"\nFIGURE shared FC call: 3 hosts, 1 fc_port call, evidence per host {list(plugs.values())}")
 

@@ -73,12 +73,12 @@ def test_the_largest_group_of_two_or_more_gets_one_call_with_each_hosts_plug() -
     assert not {"plug", "name", "template"} & set(shared["method"])
 
 
-def test_no_call_for_a_single_host_or_nothing_shareable() -> None:
-    assert shared_device(SHARED_PLAYBOOK, {"nf-a": run(method("1"))}) is None
-    assert (
-        shared_device(SHARED_PLAYBOOK, {"nf-a": run(method("1")), "nf-b": run(method("2", state="on"))})
-        is None
-    )
+def test_a_single_host_gets_the_call_and_nothing_shareable_gets_none() -> None:
+    alone = shared_device(SHARED_PLAYBOOK, {"nf-a": run(method("1"))})
+    assert alone is not None and alone["hosts"] == ["nf-a"] and alone["plugs"] == ["1"]
+    # two devices' worth of one host each: the group whose key sorts first
+    split = shared_device(SHARED_PLAYBOOK, {"nf-a": run(method("1")), "nf-b": run(method("2", state="on"))})
+    assert split is not None and len(split["hosts"]) == 1
     assert shared_device(SHARED_PLAYBOOK, {}) is None
     assert shared_device("fence_verify.yml", {"nf-a": run(method("1")), "nf-b": run(method("2"))}) is None
 
