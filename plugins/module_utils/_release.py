@@ -24,8 +24,9 @@ from typing import Any
 from ansible_collections.noderemedy.core.plugins.module_utils._kube import KubeError
 from ansible_collections.noderemedy.core.plugins.module_utils._taint import TAINT_ARGSPEC, run_node_taint
 
-#: Nodes released at the same time (threads, each a few API calls in turn).
-PARALLEL = 8
+#: Nodes released at the same time (threads, each a few API calls in turn): the runner's batch of
+#: 20 hosts at once, within the client's pool of connections (``_kube.CONNECTION_POOL_MAXSIZE``).
+PARALLEL = 20
 
 RELEASE_ARGSPEC: dict[str, dict[str, Any]] = {
     "nodes": {
