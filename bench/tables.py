@@ -436,12 +436,21 @@ def release_plot(rack_doc: Any, peers_doc: Any, out: Path = RELEASE_PLOT) -> lis
         xs, yy = series(phase, field)
         label += f" ({len(xs)} of {len(nodes)} nodes)"
         ax.scatter(xs, yy, label=label, zorder=3, linewidths=1, **style)
-    for phase, colour, who in ((ours, blue, "ours"), (far_phase, orange, "FAR")):
-        p50 = (phase.get("taint_s") or {}).get("p50")
-        if p50 is not None:
+    medians = {
+        who: (phase.get("taint_s") or {}).get("p50") for phase, who in ((ours, "ours"), (far_phase, "FAR"))
+    }
+    first = (
+        min((float(v), who) for who, v in medians.items() if v is not None)[1]
+        if any(medians.values())
+        else ""
+    )
+    for colour, who in ((blue, "ours"), (orange, "FAR")):
+        p50 = medians[who]
+        if p50 is not None:  # the earlier median's label left of its line, so the two never overlap
             ax.axvline(float(p50), color=colour, linestyle="--", linewidth=0.9, zorder=0)
-            ax.text(float(p50), len(nodes) - 0.3, f" {who} taint p50 {p50} s", color=colour, fontsize=7,
-                    va="bottom", ha="left")  # fmt: skip
+            text = f"{who} taint p50 {p50} s " if who == first else f" {who} taint p50 {p50} s"
+            ax.text(float(p50), len(nodes) - 0.3, text, color=colour, fontsize=7, va="bottom",
+                    ha="right" if who == first else "left")  # fmt: skip
     ax.set_yticks([ys[n] for n in nodes], nodes, fontsize=6)
     ax.set_ylim(-0.8, len(nodes) + 0.6)
     ax.set_xlim(left=0)
