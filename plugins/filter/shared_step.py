@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ansible.module_utils.parsing.convert_bool import boolean
+
 from ansible_collections.noderemedy.core.plugins.filter.fence_evidence import fence_evidence
 
 DOCUMENTATION = r"""
@@ -72,11 +74,6 @@ _value:
 """
 
 
-def _true(value: Any) -> bool:
-    """Ansible's ``bool`` filter's reading of a host variable (True, "true", "yes", 1...)."""
-    return value is True or str(value).lower() in ("true", "yes", "on", "1")
-
-
 def _own_read_back(shared: dict[str, Any], plug: str) -> list[Any]:
     """The states the shared call read back for ``plug`` (a pdu_outlet's ``outlets`` or an
     fc_port's ``ports``)."""
@@ -115,11 +112,11 @@ def shared_step(shared: Any, device: Any, hostvars: Any) -> list[dict[str, Any]]
                   "action": method.get("action") or "", "fence": fence}  # fmt: skip
         choice = fence_evidence([record])
         release: dict[str, Any] | None = None
-        if _true(hv.get("release_workloads")) and choice["evidence"]:
+        if boolean(hv.get("release_workloads"), strict=False) and choice["evidence"]:
             # the second play would release: here only a power fence's plain taint release
             if choice["reading"].get("kind") != "power_off" or hv.get("fenced_storage"):
                 continue
-            if _true(hv.get("release_ready_node")):
+            if boolean(hv.get("release_ready_node"), strict=False):
                 continue
             release = {"name": node, "fence_evidence": choice["evidence"]}
             if hv.get("fence_max_age") is not None:
