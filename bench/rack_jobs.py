@@ -13,12 +13,13 @@ What that takes on the rack lab, the way ``bench/remedy_pods.py`` sets it up:
   (:meth:`noderemedy_lab.realnode.RealNodes.relay_devices`), the fence configuration naming the
   relay's address (:meth:`noderemedy_lab.rack.Rack.fence_configuration` ``host``).
 
-Each run is one Job (one pod start on a real node, then ``ansible-playbook`` in it); the Job executor
-does not batch runs, so a rack's NodeFences queue for ``--max-concurrent-runs`` Jobs.
+Each batch of runs is one Job (one pod start on a real node, then one ``ansible-playbook`` for its
+hosts in it: ``runner/noderemedy_runner/job_batches.py``); a lone run is a Job of its own.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -76,11 +77,12 @@ class PodMeter:
 
     def figures(self, runner_cpu_s: float, log_text: str) -> dict[str, Any]:
         """Overrides of ``run_ours``' figures: ``cpu_runs_s`` (the pods'), ``cpu_s`` (runner +
-        pods) and ``ansible_playbook_processes`` (one per Job: the ``as Job`` run lines)."""
+        pods) and ``ansible_playbook_processes`` (one per Job: the distinct Jobs the runner's
+        ``... as Job <name>`` lines name, a batch's once)."""
         if not self.job:
             return {}
         pods = kubepods_cpu_s(self.lab) - self.cpu0
-        jobs = sum(1 for line in log_text.splitlines() if line.startswith("{") and " as Job " in line)
+        jobs = len(set(re.findall(r" as Job ([a-z0-9-]+)", log_text)))
         return {
             "cpu_runs_s": round(pods, 1),
             "cpu_s": round(runner_cpu_s + pods, 1),

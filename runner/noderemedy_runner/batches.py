@@ -260,6 +260,9 @@ class _Request:
     context: contextvars.Context = field(default_factory=contextvars.copy_context)
     #: the batch it is in
     batch: _Batch | None = None
+    #: the custom resource's metadata.uid and namespace (None: cluster-scoped)
+    uid: str = ""
+    namespace: str | None = None
 
 
 @dataclass(eq=False)
@@ -331,7 +334,7 @@ class BatchingExecutor(Executor):
             return done
         req = _Request(
             host_name(request.name), request.ident, request.kind, request.name, dict(request.extravars),
-            private, request.cancel, request.priority,
+            private, request.cancel, request.priority, uid=request.uid, namespace=request.namespace,
         )  # fmt: skip
         canceled = RunOutcome(req.ident, "canceled", None, failed_tasks=(CANCELED,))
         while True:
@@ -413,7 +416,8 @@ class BatchingExecutor(Executor):
                 r.done.set()  # a caller without an outcome returns canceled
 
     def _run_live(self, batch: _Batch, live: list[_Request]) -> None:
-        """Run ``batch``'s playbook for ``live`` (its callers still waiting), holding a slot."""
+        """Run ``batch``'s playbook for ``live`` (its callers still waiting), holding a slot: here,
+        one ansible-runner run (subclasses run it elsewhere: ``job_batches``)."""
         with self._lock:
             self._serial += 1
             self.batches_started += 1

@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     setup_logs(args.log_level)
     if args.job_run:
-        from noderemedy_runner.jobs import job_run
+        from noderemedy_runner.job_batches import job_run
 
         leave(job_run(args.playbook_dir))  # the outcome is written: the Job completes at once
 

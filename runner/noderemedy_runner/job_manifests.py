@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from noderemedy_runner.kube.resources import NODEFENCE
@@ -26,6 +26,13 @@ JOB_ENV = "NODEREMEDY_JOB"
 NODE_ENV = "NODEREMEDY_NODE"
 #: Environment of a pod remedy's containers: the remedy's name.
 REMEDY_ENV = "NODEREMEDY_REMEDY"
+#: Environment of a run's pod: its own Job's name and uid (the Job controller's labels on the pod,
+#: through the downward API), so a batch's outcomes can be written to a ConfigMap the Job owns.
+JOB_NAME_ENV, JOB_UID_ENV = "NODEREMEDY_JOB_NAME", "NODEREMEDY_JOB_UID"
+#: Label of a Job that runs a batch (one run for several custom resources), and the annotation
+#: listing the idents of its runs (JSON), by which a restarted runner finds the Job of its run.
+BATCH_LABEL = "remediation.noderemedy.io/batch"
+RUNS_ANNOTATION = "remediation.noderemedy.io/runs"
 #: Where the pod writes its outcome (the container's ``terminationMessagePath``).
 TERMINATION_LOG = "/dev/termination-log"
 #: Finished Jobs are deleted this long after they end (seconds), unless their owner goes first.
@@ -35,6 +42,8 @@ JOB_LABELS = {
     "app.kubernetes.io/managed-by": "noderemedy-runner",
     "app.kubernetes.io/component": "remediation",
 }
+#: The Job controller's labels on a Job's pods (Kubernetes 1.27+): the Job's name and uid.
+_JOB_NAME_LABEL, _JOB_UID_LABEL = "batch.kubernetes.io/job-name", "batch.kubernetes.io/controller-uid"
 #: Custom resources that own their runs' Jobs: kind -> apiVersion.
 OWNER_KINDS = {NODEFENCE[3]: f"{NODEFENCE[0]}/{NODEFENCE[1]}"}
 
@@ -58,25 +67,34 @@ def job_manifest(
     pod: Mapping[str, Any],
     deadline: float,
     owner: Mapping[str, Any] | None,
+    batch: Sequence[str] = (),
+    owners: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
-    """The Job of one run (pure).
+    """The Job of one run, or of one batch of runs (pure).
 
     Args:
         name: the Job name (:func:`job_name`).
         namespace: the runner's namespace.
-        node: the node under remediation (``$NODEREMEDY_NODE``; the pod is kept off it).
+        node: the node under remediation (``$NODEREMEDY_NODE``; the pod is kept off it); a batch:
+            ``""``, its nodes are ``batch``.
         run: the run description the pod executes (``playbook``, ``ident``, ``extravars``:
-            references only, checked by :class:`~noderemedy_runner.machines.actions.Action`).
+            references only, checked by :class:`~noderemedy_runner.machines.actions.Action`; a
+            batch: ``playbook``, ``ident`` and ``runs``, a list of ``ident``, ``kind``, ``name``,
+            ``extravars``).
         pod: the runner pod's own spec (image, ServiceAccount, security contexts, node selector,
             tolerations and pull policy are taken from it).
         deadline: the run deadline, seconds (``activeDeadlineSeconds``).
         owner: the custom resource (apiVersion, kind, metadata.name/uid) the Job belongs to.
+        batch: the nodes of a batch: the pod is kept off every one of them, ``$NODEREMEDY_NODE``
+            lists them (comma-separated), the Job carries :data:`BATCH_LABEL` and, in
+            :data:`RUNS_ANNOTATION`, the idents of ``run["runs"]``.
+        owners: more custom resources the Job belongs to (a batch's; the Job is garbage-collected
+            once every one of them is gone).
     """
     spec = pod.get("spec") or {}
     runner = (spec.get("containers") or [{}])[0]
-    keep_off = {
-        "matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "NotIn", "values": [node]}]
-    }
+    off = sorted({n for n in batch if n}) or [node]
+    keep_off = {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "NotIn", "values": off}]}
     affinity: dict[str, Any] = {
         "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [keep_off]}}
     }
@@ -87,9 +105,17 @@ def job_manifest(
         "args": ["noderemedy-runner", "--job-run"],
         "env": [
             {"name": JOB_ENV, "value": json.dumps(dict(run), sort_keys=True)},
-            {"name": NODE_ENV, "value": node},
+            {"name": NODE_ENV, "value": ",".join(off) if batch else node},
             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
             {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+            {
+                "name": JOB_NAME_ENV,
+                "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{_JOB_NAME_LABEL}']"}},
+            },
+            {
+                "name": JOB_UID_ENV,
+                "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{_JOB_UID_LABEL}']"}},
+            },
         ],
         "terminationMessagePath": TERMINATION_LOG,
         "terminationMessagePolicy": "File",
@@ -108,8 +134,18 @@ def job_manifest(
     for key in ("securityContext", "nodeSelector", "priorityClassName"):
         if spec.get(key):
             pod_spec[key] = spec[key]
-    labels = {**JOB_LABELS, "remediation.noderemedy.io/node": node}
-    return _job(name, namespace, labels, owner, deadline, {"metadata": {"labels": labels}, "spec": pod_spec})
+    labels = (
+        {**JOB_LABELS, BATCH_LABEL: "true"}
+        if batch
+        else {**JOB_LABELS, "remediation.noderemedy.io/node": node}
+    )
+    job = _job(
+        name, namespace, labels, owner, deadline, {"metadata": {"labels": labels}, "spec": pod_spec}, owners
+    )
+    if batch:
+        idents = [str(r.get("ident")) for r in run.get("runs") or []]
+        job["metadata"]["annotations"] = {RUNS_ANNOTATION: json.dumps(idents)}
+    return job
 
 
 def _job(
@@ -119,20 +155,22 @@ def _job(
     owner: Mapping[str, Any] | None,
     deadline: float,
     template: Mapping[str, Any],
+    owners: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """A run's Job around pod ``template``: ``labels``, an owner reference to ``owner`` (when
-    given), no retries, ``deadline`` seconds, the TTL."""
+    given) and to each of ``owners``, no retries, ``deadline`` seconds, the TTL."""
     meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": dict(labels)}
-    if owner is not None:
-        ometa = owner.get("metadata") or {}
-        meta["ownerReferences"] = [
-            {
-                "apiVersion": owner.get("apiVersion"),
-                "kind": owner.get("kind"),
-                "name": ometa.get("name"),
-                "uid": ometa.get("uid"),
-            }
-        ]
+    refs = [
+        {
+            "apiVersion": o.get("apiVersion"),
+            "kind": o.get("kind"),
+            "name": (o.get("metadata") or {}).get("name"),
+            "uid": (o.get("metadata") or {}).get("uid"),
+        }
+        for o in ([owner] if owner is not None else []) + list(owners)
+    ]
+    if refs:
+        meta["ownerReferences"] = refs
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -216,7 +254,11 @@ def remedy_job_manifest(
 
 
 __all__ = [
+    "BATCH_LABEL",
     "JOB_ENV",
+    "JOB_NAME_ENV",
+    "JOB_UID_ENV",
+    "RUNS_ANNOTATION",
     "JOB_LABELS",
     "JOB_TTL_SECONDS",
     "NODE_ENV",

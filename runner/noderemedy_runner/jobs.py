@@ -36,7 +36,15 @@ from typing import Any, cast
 from kubernetes import client
 
 from noderemedy_runner.executor import Executor, RunRequest
-from noderemedy_runner.job_manifests import JOB_ENV, OWNER_KINDS, TERMINATION_LOG, job_manifest, job_name
+from noderemedy_runner.job_manifests import (
+    BATCH_LABEL,
+    JOB_ENV,
+    OWNER_KINDS,
+    RUNS_ANNOTATION,
+    TERMINATION_LOG,
+    job_manifest,
+    job_name,
+)
 from noderemedy_runner.kube.client import api, own_pod_name
 from noderemedy_runner.kube.errors import KubeError, NotFound
 from noderemedy_runner.kube.resources import read_json
@@ -187,6 +195,23 @@ class JobRuns:
             if time.monotonic() > deadline:
                 raise KubeError(f"Job {jname}: still there {timeout:g} s after its deletion", "timeout")
             time.sleep(POLL_SECONDS)
+
+    def batch_of(self, ident: str, uid: str) -> dict[str, Any] | None:
+        """The Job of a batch (:data:`~noderemedy_runner.job_manifests.BATCH_LABEL`) whose runs
+        (:data:`~noderemedy_runner.job_manifests.RUNS_ANNOTATION`) include run ``ident`` of the
+        object ``uid`` (:func:`owned_by`), or None."""
+        resp = self.batch.list_namespaced_job(
+            self.namespace, label_selector=f"{BATCH_LABEL}=true", _preload_content=False
+        )
+        for job in read_json(resp).get("items") or []:
+            notes = (job.get("metadata") or {}).get("annotations") or {}
+            try:
+                idents = json.loads(notes.get(RUNS_ANNOTATION) or "[]")
+            except ValueError:
+                continue
+            if isinstance(idents, list) and ident in idents and (not uid or owned_by(job, uid)):
+                return dict(job)
+        return None
 
     def read(self, jname: str) -> dict[str, Any] | None:
         """Job ``jname``, or None when it does not exist."""
@@ -349,7 +374,6 @@ class JobExecutor(Executor):
 
     def perform(self, req: RunRequest) -> RunOutcome:
         """:meth:`Executor.run` as a Job named after the run's ident (see the module docstring)."""
-        node = str(req.extravars.get("node") or "")
         jname = job_name(req.ident)
         existing = self.jobs.read(jname)
         if existing is not None and (not req.uid or owned_by(existing, req.uid)):
@@ -358,37 +382,44 @@ class JobExecutor(Executor):
         if not self.slots.acquire(req.priority, req.cancel):
             return RunOutcome(req.ident, "canceled", None)
         try:
-            group_version = OWNER_KINDS.get(req.kind)
-            owner = (
-                {
-                    "apiVersion": group_version,
-                    "kind": req.kind,
-                    "metadata": {"name": req.name, "uid": req.uid},
-                }
-                if group_version and req.uid and req.namespace is None
-                else None
-            )
-            body = job_manifest(
-                name=jname,
-                namespace=self.namespace,
-                node=node,
-                run={"playbook": req.playbook, "ident": req.ident, "extravars": dict(req.extravars)},
-                pod=self.pod,
-                deadline=self.run_deadline,
-                owner=owner,
-            )
-            log.info("run %s: %s for %s %s as Job %s", req.ident, req.playbook, req.kind, req.name, jname)
-            try:
-                job, adopted, error = self.jobs.start(
-                    body, ident=req.ident, uid=req.uid, node=node, kind=req.kind, name=req.name
-                )
-            except KubeError as exc:
-                return RunOutcome(req.ident, "error", None, failed_tasks=(f"Job {jname}: {exc}",))
-            if job is None:
-                return RunOutcome(req.ident, "error", None, failed_tasks=(error,))
-            return self.jobs.wait(job, req.ident, req.cancel, recovered=adopted)
+            return self.start_and_wait(req)
         finally:
             self.slots.release()
+
+    def start_and_wait(self, req: RunRequest) -> RunOutcome:
+        """The Job of ``req`` created (or adopted: :meth:`JobRuns.start`) and waited for, the
+        caller holding its slot; :meth:`perform` without the slot and the first adoption check."""
+        node = str(req.extravars.get("node") or "")
+        jname = job_name(req.ident)
+        group_version = OWNER_KINDS.get(req.kind)
+        owner = (
+            {
+                "apiVersion": group_version,
+                "kind": req.kind,
+                "metadata": {"name": req.name, "uid": req.uid},
+            }
+            if group_version and req.uid and req.namespace is None
+            else None
+        )
+        body = job_manifest(
+            name=jname,
+            namespace=self.namespace,
+            node=node,
+            run={"playbook": req.playbook, "ident": req.ident, "extravars": dict(req.extravars)},
+            pod=self.pod,
+            deadline=self.run_deadline,
+            owner=owner,
+        )
+        log.info("run %s: %s for %s %s as Job %s", req.ident, req.playbook, req.kind, req.name, jname)
+        try:
+            job, adopted, error = self.jobs.start(
+                body, ident=req.ident, uid=req.uid, node=node, kind=req.kind, name=req.name
+            )
+        except KubeError as exc:
+            return RunOutcome(req.ident, "error", None, failed_tasks=(f"Job {jname}: {exc}",))
+        if job is None:
+            return RunOutcome(req.ident, "error", None, failed_tasks=(error,))
+        return self.jobs.wait(job, req.ident, req.cancel, recovered=adopted)
 
 
 def owned_by(job: Mapping[str, Any], uid: str) -> bool:

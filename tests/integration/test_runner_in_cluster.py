@@ -14,7 +14,8 @@ in their own namespace:
   takes over and the NodeFence completes, each device touched once per direction;
 * a partitioned real node (its writer still running) and a powered-off real node fenced before
   their StatefulSet pod runs elsewhere: zero overlapping writes on the shared storage;
-* with ``--executor job``, every run of a NodeFence as a remediation pod (a Job).
+* with ``--executor job``, every run of a NodeFence as a remediation pod (a Job), and the runs two
+  NodeFences ask for together as one Job (a batch).
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ from test_real_node_fencing import (  # noqa: F401 - fixtures are used by name
 )
 from test_runner_guards import device_log
 
-from noderemedy_runner.job_manifests import job_name
+from noderemedy_runner.job_batches import OUTCOMES_KEY
+from noderemedy_runner.job_manifests import BATCH_LABEL, RUNS_ANNOTATION, job_name
 from noderemedy_runner.jobs import JOB_ANNOTATION, TIMESTAMP_ANNOTATION
 
 pytestmark = [pytest.mark.lab, pytest.mark.kube]
@@ -381,4 +383,106 @@ def test_with_the_job_executor_every_run_is_a_remediation_pod_and_the_nodefence_
     assert not leaked, "a credential appeared in a Job, a pod, a log or an Event"
     print(
         f"\nFIGURE job executor: {len(final['status']['jobs'])} runs as Jobs on {sorted({p['spec']['nodeName'] for p in pods})}"
+    )
+
+
+@pytest.fixture
+def kwok_two_dead(deployed: Any) -> Iterator[list[str]]:
+    """lab-node-0 and lab-node-2 (kwok) powered off and NotReady; afterwards untainted, powered on,
+    Ready."""
+    nodes = ["lab-node-0", "lab-node-2"]
+    for node in nodes:
+        deployed.power_off(node)
+    deployed.wait_nodes(nodes, {"False", "Unknown"}, 120)
+    yield nodes
+    for node in nodes:
+        deployed.kubectl("taint", "node", node, f"{OOS}-")
+        deployed.fc_port(node, True)
+        deployed.power_on(node)
+    deployed.wait_nodes(nodes, "True", 120)
+
+
+@pytest.mark.timeout(600)
+def test_with_the_job_executor_nodefences_asked_at_once_share_one_job_per_batch(
+    deployed: Any, api: client.ApiClient, cluster_fences: FenceNamespace, kwok_two_dead: list[str]
+) -> None:
+    """``--executor job`` with two NodeFences created at once: the runs they ask for together go as
+    one Job (a batch: one pod start and one ``ansible-playbook`` for both), kept off both nodes,
+    owned by both NodeFences and listing both runs, whose pod writes each run's outcome to a
+    ConfigMap the Job owns. The leader pod is killed while a batch's Job runs: the next leader
+    adopts it (no run is listed by two Jobs). Each NodeFence reaches Final, each node's own
+    device switched."""
+    args = kjson(deployed, "-n", NS, "get", "deployment", "noderemedy-runner")["spec"]["template"]["spec"]
+    if "--executor=job" not in args["containers"][0].get("args", []):  # run alone (-k): not yet patched
+        patch = [{"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": "--executor=job"}]
+        out = deployed.kubectl(
+            "-n", NS, "patch", "deployment", "noderemedy-runner", "--type=json", "-p", json.dumps(patch)
+        )
+        assert out.returncode == 0, out.stderr
+    leader_pod(deployed)
+    nodes = kwok_two_dead
+    before = {n: device_log(deployed, n) for n in nodes}
+    co = client.CustomObjectsApi(api)
+    tag = uuid.uuid4().hex[:6]
+    uids = {}
+    for node in nodes:
+        created = nodefence(co, f"nf-batch-{node[-1]}-{tag}", node)
+        uids[created["metadata"]["name"]] = created["metadata"]["uid"]
+
+    def active_batch() -> str | None:
+        items = kjson(deployed, "-n", NS, "get", "jobs", "-l", f"{BATCH_LABEL}=true")["items"]
+        mine = [
+            j
+            for j in items
+            if {r["uid"] for r in j["metadata"].get("ownerReferences") or []} == set(uids.values())
+        ]
+        return next((j["metadata"]["name"] for j in mine if (j.get("status") or {}).get("active")), None)
+
+    in_flight = wait_for(active_batch, 180, "a batch's Job running")
+    leader = leader_pod(deployed)
+    out = deployed.kubectl("-n", NS, "delete", "pod", leader, "--force", "--grace-period=0")
+    assert out.returncode == 0, out.stderr
+    finals = {
+        name: wait_for(
+            lambda name=name: (
+                (o := get_nf(co, name)) and (o.get("status") or {}).get("status") in ("Final", "Error") and o
+            ),
+            400,
+            f"NodeFence {name} Final",
+        )
+        for name in uids
+    }
+    assert all(f["status"]["status"] == "Final" for f in finals.values()), [
+        f["status"] for f in finals.values()
+    ]
+    runs = {name: set(f["status"]["jobs"]) for name, f in finals.items()}
+    batches = kjson(deployed, "-n", NS, "get", "jobs", "-l", f"{BATCH_LABEL}=true")["items"]
+    shared = []
+    for job in batches:
+        listed = set(json.loads(job["metadata"]["annotations"][RUNS_ANNOTATION]))
+        if not all(listed & own for own in runs.values()):
+            continue  # another test's batch, or not both of ours
+        shared.append(job)
+        assert {r["uid"] for r in job["metadata"]["ownerReferences"]} == set(uids.values())
+        assert (job.get("status") or {}).get("succeeded") == 1, job.get("status")
+        cm = kjson(deployed, "-n", NS, "get", "configmap", job["metadata"]["name"])
+        assert cm["metadata"]["ownerReferences"][0]["uid"] == job["metadata"]["uid"]
+        assert set(json.loads(cm["data"][OUTCOMES_KEY])) == listed
+    assert shared, ("no Job ran runs of both NodeFences", runs, [j["metadata"]["name"] for j in batches])
+    assert in_flight in {j["metadata"]["name"] for j in shared}, ("the Job in flight at the kill", in_flight)
+    listed = [i for j in shared for i in json.loads(j["metadata"]["annotations"][RUNS_ANNOTATION])]
+    assert len(listed) == len(set(listed)), ("a run was started by two Jobs", sorted(listed))
+    pods = kjson(deployed, "-n", NS, "get", "pods", "-l", f"{BATCH_LABEL}=true")["items"]
+    assert pods and not {p["spec"]["nodeName"] for p in pods} & set(nodes), (
+        "a batch's pod ran on a node of it"
+    )
+    for node in nodes:  # each node's own BMC cut it off and brought it back, and its own FC port
+        power, sets = device_log(deployed, node)
+        cycle = [line.split()[-1] for line in power[len(before[node][0]) :].splitlines() if line.strip()]
+        fc = [str(row[2]) for row in sets[len(before[node][1]) :]]
+        assert cycle and cycle[-1] == "1" and fc and fc[0] == "2" and fc[-1] == "1", (node, cycle, fc)
+    print(
+        f"\nFIGURE job executor batches: {len(shared)} Jobs ran runs of both NodeFences "
+        f"({sorted(j['metadata']['name'] for j in shared)}); runs {sum(len(r) for r in runs.values())}; "
+        f"the leader killed while {in_flight} ran"
     )

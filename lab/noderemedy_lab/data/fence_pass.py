@@ -21,9 +21,10 @@ The state file is JSON ``{"ports": {"1": 1, ...}, "names": {"1": "lab-node-0", .
 ``argv + ["up" | "down"]`` after every SET that changes its admin status (``testing`` counts as
 down: no frames pass), synchronously and bounded to 10 s; that is how the port controls the node's
 access to the lab's shared storage (see noderemedy_lab.realnode).
-It is re-read on every request (so a test may edit it, under the ``<state>.lock`` flock) and
-rewritten atomically on every SET. ``delay`` > 0 makes the status OIDs keep showing the previous
-value for that many seconds after a SET (a slow PDU or switch).
+It is read on every request (so a test may edit it, under the ``<state>.lock`` flock), but parsed
+again only when its bytes differ from the last ones parsed or written here, and it is rewritten
+atomically (compact JSON) on every SET. ``delay`` > 0 makes the status OIDs keep showing the
+previous value for that many seconds after a SET (a slow PDU or switch).
 
 Protocol notes: net-snmp 5.9.3 ends a pass_persist SET with an extra
 blank line, which must be ignored, not answered.
@@ -42,12 +43,26 @@ LOCK = STATE + ".lock"
 LOG_KEEP = 1000
 
 
+#: [bytes, state]: the state file's bytes last parsed or written here and the state they hold (with
+#: load()'s defaults and every SET since applied), so that a request parses the file only if it
+#: changed: parsing and rewriting a 1,000-port state at every varbind kept a core busy while a rack
+#: of 100 was fenced. The bytes, not a stat, are compared: an edit in place within the
+#: filesystem's timestamp tick, or a new file given the old inode, keeps the size and the times.
+_CACHE = [None, None]
+
+
 def load():
     try:
-        with open(STATE) as f:
-            st = json.load(f)
-    except (OSError, ValueError):
-        st = {}
+        with open(STATE, "rb") as f:
+            data = f.read()
+    except OSError:
+        data = None
+    if data is not None and data == _CACHE[0]:
+        return _CACHE[1]
+    try:
+        st = json.loads(data) if data is not None else {}
+    except ValueError:
+        st, data = {}, None
     st.setdefault("ports", {str(i): 1 for i in range(1, 9)})
     st.setdefault("prev", dict(st["ports"]))
     st.setdefault("changed", {})
@@ -55,15 +70,19 @@ def load():
     st.setdefault("aliases", {})
     st.setdefault("log", [])
     st.setdefault("delay", 0.0)
+    # a file missing or not JSON is not cached: each request starts again from the defaults
+    _CACHE[:] = (data, st) if data is not None else (None, None)
     return st
 
 
 def save(st):
-    st["log"] = st["log"][-LOG_KEEP:]
+    del st["log"][:-LOG_KEEP]
+    data = json.dumps(st).encode()  # no indent: json's C encoder (the indenting one is pure Python)
     tmp = STATE + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(st, f, indent=1)
+    with open(tmp, "wb") as f:
+        f.write(data)
     os.replace(tmp, STATE)
+    _CACHE[:] = data, st
 
 
 def effective(st, p):
@@ -101,9 +120,7 @@ def table(st, only=None):
     of those ports alone (a GET or SET names one OID: building the rows of a 1,000-outlet PDU for
     each varbind made a rack's one SET of 100 outlets outlast snmpset's timeout)."""
     t = {}
-    ports = sorted(st["ports"], key=int)
-    if only is not None:
-        ports = [p for p in ports if p in only]
+    ports = sorted(st["ports"] if only is None else [p for p in only if p in st["ports"]], key=int)
     if PROFILE == "apc-rpdu":
         for p in ports:
             n = int(p)
@@ -158,19 +175,23 @@ def table(st, only=None):
     return t
 
 
-#: (the ports' keys, the device's OIDs in order) of the last GETNEXT: the OIDs depend only on
-#: which ports exist, so a walk sorts them once, not at every step
-_ORDER = [None, []]
+#: (the ports dict, its keys, the device's OIDs in order) of the last GETNEXT: the OIDs depend only
+#: on which ports exist, so a walk sorts them once, not at every step. A SET changes the values of
+#: the cached state's ports, never its keys: the keys are compared again only for another dict (the
+#: file was parsed again), which is held here so that its id is not reused.
+_ORDER = [None, None, []]
 
 
 def next_oid(st, oid):
     """The first OID of the device after ``oid``, or None: a bisection in the OIDs sorted once per
     set of ports (a walk of one column of a 1,000-port switch built and scanned all its 10,000 rows at
     every step: about a minute per walk, longer than the fencing modules wait)."""
-    ports = sorted(st["ports"], key=int)
-    if _ORDER[0] != ports:
-        _ORDER[0], _ORDER[1] = ports, sorted(table(st))
-    order = _ORDER[1]
+    if _ORDER[0] is not st["ports"]:
+        ports = sorted(st["ports"], key=int)
+        if _ORDER[1] != ports:
+            _ORDER[1], _ORDER[2] = ports, sorted(table(st))
+        _ORDER[0] = st["ports"]
+    order = _ORDER[2]
     i = bisect.bisect_right(order, oid)
     return order[i] if i < len(order) else None
 

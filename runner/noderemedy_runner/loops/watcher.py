@@ -30,6 +30,7 @@ from noderemedy_runner.config.fence import CloudDefaults
 from noderemedy_runner.config.remedy import ConfigurationSet
 from noderemedy_runner.config.selectors import LabelSelector
 from noderemedy_runner.executor import RUN_NICE, Executor
+from noderemedy_runner.job_batches import JobBatchingExecutor
 from noderemedy_runner.jobs import JobExecutor, JobRuns
 from noderemedy_runner.kube.informer import Informer
 from noderemedy_runner.kube.resources import CRD, METAL3REMEDIATION, NODEFENCE, KubeIO
@@ -159,15 +160,29 @@ class Watcher:
             else Executor(self.data_dir / "runs", found_playbooks, **run_options)
         )
         self.executor: Executor = self.local_executor
-        self.job_executor: JobExecutor | None = None
+        self.job_executor: Executor | None = None
         if job_pod is not None:
-            self.job_executor = JobExecutor(
-                api_client,
-                self.data_dir / "runs",
-                found_playbooks,
-                namespace=namespace,
-                pod=job_pod,
-                **run_options,
+            # a rack's runs as one Job per batch, as in process one ansible-runner run per batch
+            self.job_executor = (
+                JobBatchingExecutor(
+                    api_client,
+                    self.data_dir / "runs",
+                    found_playbooks,
+                    namespace=namespace,
+                    pod=job_pod,
+                    batch_window=batch_window,
+                    batch_size=batch_size,
+                    **run_options,
+                )
+                if batch_window > 0
+                else JobExecutor(
+                    api_client,
+                    self.data_dir / "runs",
+                    found_playbooks,
+                    namespace=namespace,
+                    pod=job_pod,
+                    **run_options,
+                )
             )
             self.job_executor.slots = self.local_executor.slots  # one bound on runs in flight
         executors: dict[str, Executor] = {"inprocess": self.local_executor}

@@ -38,6 +38,7 @@ LAYERS: dict[str, str] = {
     "noderemedy_runner.loops": "loops",
     "noderemedy_runner.executor": "executors",
     "noderemedy_runner.jobs": "executors",
+    "noderemedy_runner.job_batches": "executors",  # a batch of runs as one Job
     "noderemedy_runner.job_manifests": "executors",  # pure, but names the Jobs the executors make
     "noderemedy_runner.outcomes": "executors",  # what a run did, read from its job events
     "noderemedy_runner.batches": "executors",  # runs of many hosts at once, beside the executor
