@@ -409,9 +409,10 @@ def test_with_the_job_executor_nodefences_asked_at_once_share_one_job_per_batch(
     """``--executor job`` with two NodeFences created at once: the runs they ask for together go as
     one Job (a batch: one pod start and one ``ansible-playbook`` for both), kept off both nodes,
     owned by both NodeFences and listing both runs, whose pod writes each run's outcome to a
-    ConfigMap the Job owns. The leader pod is killed while a batch's Job runs: the next leader
-    adopts it (no run is listed by two Jobs). Each NodeFence reaches Final, each node's own
-    device switched."""
+    ConfigMap the Job owns. The leader pod is force-deleted while a batch's Job runs: the Job is
+    deleted by the stopping runner (its runs go again) or adopted by the next leader, and no run
+    is listed by two Jobs (a SIGKILL's adoption: test_runner_sigterm.py). Each NodeFence reaches
+    Final, each node's own device switched."""
     args = kjson(deployed, "-n", NS, "get", "deployment", "noderemedy-runner")["spec"]["template"]["spec"]
     if "--executor=job" not in args["containers"][0].get("args", []):  # run alone (-k): not yet patched
         patch = [{"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": "--executor=job"}]
@@ -469,7 +470,14 @@ def test_with_the_job_executor_nodefences_asked_at_once_share_one_job_per_batch(
         assert cm["metadata"]["ownerReferences"][0]["uid"] == job["metadata"]["uid"]
         assert set(json.loads(cm["data"][OUTCOMES_KEY])) == listed
     assert shared, ("no Job ran runs of both NodeFences", runs, [j["metadata"]["name"] for j in batches])
-    assert in_flight in {j["metadata"]["name"] for j in shared}, ("the Job in flight at the kill", in_flight)
+    # the pod is force-deleted: the runner still gets its SIGTERM and deletes the Job of the runs it
+    # cancels (their segments then run again in a new batch), or it is gone too fast and the next
+    # leader adopts the Job (a batch's Job is never re-created under its name)
+    kept = {j["metadata"]["name"] for j in batches}
+    assert in_flight not in kept or in_flight in {j["metadata"]["name"] for j in shared}, (
+        "the Job in flight at the kill was neither deleted nor adopted",
+        in_flight,
+    )
     listed = [i for j in shared for i in json.loads(j["metadata"]["annotations"][RUNS_ANNOTATION])]
     assert len(listed) == len(set(listed)), ("a run was started by two Jobs", sorted(listed))
     pods = kjson(deployed, "-n", NS, "get", "pods", "-l", f"{BATCH_LABEL}=true")["items"]

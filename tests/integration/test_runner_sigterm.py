@@ -11,11 +11,13 @@ follower. The NodeFence ends Final. Each exit time and takeover time is printed 
 
 Both executors: in-process runs (the canceled run's processes must be gone at the exit) and
 ``--executor job`` (each run a Job on a real node: at the exit the Job in flight is deleted, its pod
-with it, or else the successor adopts it).
+with it, or else the successor adopts it); and with that executor, a batch's Job (two NodeFences'
+runs in one Job) left running by a runner killed with SIGKILL, adopted by the next runner.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -30,7 +32,9 @@ import pytest
 import yaml
 from e2e_helpers import (  # noqa: F401 - fixtures are used by name
     DEAD,
+    OTHER,
     POLICY,
+    SPARE,
     FenceNamespace,
     conds,
     fence_ns,
@@ -44,7 +48,8 @@ from kubernetes.client.exceptions import ApiException
 from runner_harness import Runner, delete_nodefences, write_config
 from test_runner_restart import NF, hung, in_flight, power_sets  # noqa: F401 - hung is a fixture
 
-from noderemedy_runner.job_manifests import job_name
+from noderemedy_lab.config import POWER_LABEL
+from noderemedy_runner.job_manifests import BATCH_LABEL, RUNS_ANNOTATION, job_name
 from noderemedy_runner.run_processes import RUN_MARKER
 
 pytestmark = [pytest.mark.lab, pytest.mark.kube]
@@ -432,3 +437,65 @@ def job_replicas(
     yield make
     for r in made:
         r.stop()
+
+
+@pytest.fixture
+def two_hung(lab_real: Any) -> Iterator[list[str]]:
+    """lab-node-0 and lab-node-2 hung with their power on (as :func:`hung`: kwok stops their
+    heartbeat, their BMCs still read on). Afterwards: powered on, ports up, untainted, Ready."""
+    nodes = [SPARE, OTHER]
+    for node in nodes:
+        out = lab_real.kubectl("label", "node", node, f"{POWER_LABEL}=off", "--overwrite")
+        assert out.returncode == 0, out.stderr
+    lab_real.wait_nodes(nodes, {"False", "Unknown"}, 120)
+    yield nodes
+    for node in nodes:
+        lab_real.kubectl("taint", "node", node, "node.kubernetes.io/out-of-service-")
+        lab_real.fc_port(node, True)
+        lab_real.power_on(node)
+        lab_real.kubectl("label", "node", node, f"{POWER_LABEL}=on", "--overwrite")
+    lab_real.wait_nodes(nodes, "True", 120)
+
+
+@pytest.mark.timeout(600)
+def test_with_the_job_executor_a_batch_job_left_by_a_killed_runner_is_adopted_by_the_next(
+    lab_real: Any, api: client.ApiClient, job_replicas: Callable[..., Runner], two_hung: list[str]
+) -> None:
+    """``--executor job``, two NodeFences asked for at once, so each segment of theirs is one Job
+    (a batch). The runner is killed (SIGKILL: nothing canceled) while a batch's Job runs; the next
+    runner finds that Job by the runs it lists, waits for it and hands each NodeFence its own
+    outcome: no run of the batch goes into a second Job, and both NodeFences reach Final."""
+    co = client.CustomObjectsApi(api)
+    batch = client.BatchV1Api(api)
+    tag = uuid.uuid4().hex[:4]
+    a = job_replicas()
+    wait_for(lambda: _acting(a), 60, "the runner to act")
+    uids = {}
+    for node in two_hung:
+        created = nodefence(co, f"nf-kill-{node[-1]}-{tag}", node)
+        uids[created["metadata"]["name"]] = created["metadata"]["uid"]
+
+    def batches() -> list[Any]:
+        items = batch.list_namespaced_job(JOB_NAMESPACE, label_selector=f"{BATCH_LABEL}=true").items
+        return [j for j in items if {r.uid for r in j.metadata.owner_references or []} == set(uids.values())]
+
+    running = wait_for(
+        lambda: next((j.metadata.name for j in batches() if j.status.active), None),
+        180,
+        "a batch's Job running",
+    )
+    a.kill9()
+    b = job_replicas()
+    for name in uids:
+        wait_for(
+            lambda name=name: (get_nf(co, name).get("status") or {}).get("status") == "Final",
+            300,
+            f"{name} Final",
+        )
+    adopted = b.logged(rf"^run \S+: Job {re.escape(running)} already exists: adopted$")
+    assert len(adopted) == 2, ("each NodeFence's run adopted from the killed runner's Job", running, adopted)
+    listed = [i for j in batches() for i in json.loads(j.metadata.annotations[RUNS_ANNOTATION])]
+    assert len(listed) == len(set(listed)), ("a run was started by two Jobs", sorted(listed))
+    print(
+        f"\nFIGURE job executor, SIGKILL mid-batch: Job {running} adopted by the next runner for {len(adopted)} runs; {len(batches())} batch Jobs in all"
+    )
