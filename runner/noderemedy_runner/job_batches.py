@@ -63,13 +63,14 @@ from noderemedy_runner.job_manifests import (
     JOB_ENV,
     JOB_NAME_ENV,
     JOB_UID_ENV,
-    OWNER_KINDS,
     TERMINATION_LOG,
     job_manifest,
     job_name,
+    job_owner,
 )
-from noderemedy_runner.jobs import POLL_SECONDS, JobExecutor, outcome_from_dict, outcome_to_dict, owned_by
+from noderemedy_runner.jobs import JobExecutor, outcome_from_dict, outcome_to_dict, owned_by
 from noderemedy_runner.jobs import job_run as single_job_run
+from noderemedy_runner.kube import retry
 from noderemedy_runner.kube.client import api, new_client
 from noderemedy_runner.kube.errors import KubeError, NotFound
 from noderemedy_runner.kube.resources import read_json
@@ -83,7 +84,8 @@ run_log = logging.getLogger("noderemedy_runner.executor")
 
 #: The key of a batch's outcomes in its ConfigMap: JSON ``{ident: outcome_to_dict(outcome)}``.
 OUTCOMES_KEY = "outcomes.json"
-#: Tries to read a batch's outcomes after its Job ended (the API may be briefly unreachable).
+#: Tries to read a batch's outcomes after its Job ended (:func:`noderemedy_runner.kube.retry.call`:
+#: the API may be briefly unreachable).
 READ_TRIES = 3
 
 
@@ -242,19 +244,18 @@ class JobBatchingExecutor(BatchingExecutor):
         if whole.status == "canceled":
             return {i: replace(whole, ident=i) for i in idents}
         found: dict[str, RunOutcome] = {}
-        for attempt in range(READ_TRIES):
-            try:
-                cm = read_json(
+        try:
+            cm = retry.call(
+                lambda: read_json(
                     self.core.read_namespaced_config_map(jname, self.namespace, _preload_content=False)
-                )
-                found = outcomes_from_configmap(cm.get("data") or {}, recovered=recovered)
-                break
-            except NotFound:
-                break
-            except (KubeError, ValueError) as exc:
-                log.warning("batch Job %s: reading its outcomes: %s", jname, exc)
-                if attempt + 1 < READ_TRIES:
-                    time.sleep(POLL_SECONDS)
+                ),
+                tries=READ_TRIES,
+            )
+            found = outcomes_from_configmap(cm.get("data") or {}, recovered=recovered)
+        except NotFound:
+            pass  # the pod wrote none: each run is missing_outcome
+        except (KubeError, ValueError) as exc:
+            log.warning("batch Job %s: reading its outcomes: %s", jname, exc)
         return {i: found.get(i) or missing_outcome(i, whole, jname) for i in idents}
 
     def _run_live(self, batch: _Batch, live: list[_Request]) -> None:
@@ -282,11 +283,7 @@ class JobBatchingExecutor(BatchingExecutor):
             {"ident": r.ident, "kind": r.kind, "name": r.name, "extravars": dict(r.extravars)} for r in live
         ]
         nodes = [str(r.extravars.get("node") or "") for r in live]
-        owners = [
-            {"apiVersion": OWNER_KINDS[r.kind], "kind": r.kind, "metadata": {"name": r.name, "uid": r.uid}}
-            for r in live
-            if r.kind in OWNER_KINDS and r.uid and r.namespace is None
-        ]
+        owners = [o for r in live if (o := job_owner(r.kind, r.name, r.uid, r.namespace)) is not None]
         body = job_manifest(
             name=jname,
             namespace=self.namespace,

@@ -58,6 +58,16 @@ def job_name(ident: str) -> str:
     return f"{name[:52].rstrip('-')}-{digest}"
 
 
+def job_owner(kind: str, name: str, uid: str, namespace: str | None) -> dict[str, Any] | None:
+    """The owner of a run's Job: custom resource ``kind`` ``name`` (``uid``) when it is one of
+    :data:`OWNER_KINDS` and cluster-scoped (``namespace`` None: a namespaced object cannot own a
+    Job of another namespace, so its Jobs go by their TTL), else None. Pure."""
+    group_version = OWNER_KINDS.get(kind)
+    if not group_version or not uid or namespace is not None:
+        return None
+    return {"apiVersion": group_version, "kind": kind, "metadata": {"name": name, "uid": uid}}
+
+
 def job_manifest(
     *,
     name: str,
@@ -267,5 +277,6 @@ __all__ = [
     "TERMINATION_LOG",
     "job_manifest",
     "job_name",
+    "job_owner",
     "remedy_job_manifest",
 ]

@@ -39,11 +39,11 @@ from noderemedy_runner.executor import Executor, RunRequest
 from noderemedy_runner.job_manifests import (
     BATCH_LABEL,
     JOB_ENV,
-    OWNER_KINDS,
     RUNS_ANNOTATION,
     TERMINATION_LOG,
     job_manifest,
     job_name,
+    job_owner,
 )
 from noderemedy_runner.kube.client import api, own_pod_name
 from noderemedy_runner.kube.errors import KubeError, NotFound
@@ -391,16 +391,7 @@ class JobExecutor(Executor):
         caller holding its slot; :meth:`perform` without the slot and the first adoption check."""
         node = str(req.extravars.get("node") or "")
         jname = job_name(req.ident)
-        group_version = OWNER_KINDS.get(req.kind)
-        owner = (
-            {
-                "apiVersion": group_version,
-                "kind": req.kind,
-                "metadata": {"name": req.name, "uid": req.uid},
-            }
-            if group_version and req.uid and req.namespace is None
-            else None
-        )
+        owner = job_owner(req.kind, req.name, req.uid, req.namespace)
         body = job_manifest(
             name=jname,
             namespace=self.namespace,
