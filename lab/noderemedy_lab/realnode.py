@@ -24,10 +24,9 @@ Node ``lab-real-<j>`` of a lab with port base B (host-global names carry the pre
 * runtime wrapper: containerd runs runc through ``runc-oom-wrapper`` (see
   :data:`noderemedy_lab.realnode_files.RUNC_WRAPPER`).
 
-Everything is undone by :meth:`RealNodes.stop`; :func:`leftovers` lists what would remain. The
-nodes' cgroups are in :mod:`noderemedy_lab.cgroups`, what they do on the host outside their
-processes in :mod:`noderemedy_lab.realnode_host`, the files written into them in
-:mod:`noderemedy_lab.realnode_files`.
+Everything is undone by :meth:`RealNodes.stop`; :func:`leftovers` lists what would remain, and
+what a killed lab left is removed by the next on its port base. Cgroups: :mod:`.cgroups`; on the
+host outside the nodes: :mod:`.realnode_host`; files written into them: :mod:`.realnode_files`.
 """
 
 from __future__ import annotations
@@ -37,6 +36,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -45,7 +45,7 @@ from pathlib import Path
 import yaml
 
 from . import pki
-from .cgroups import cgroup_hierarchies, cgroup_pids, kill_cgroup, kill_node, make_node_cgroup, remove_cgroup
+from .cgroups import cgroup_pids, kill_cgroup, kill_node, make_node_cgroup, remove_cgroup
 from .config import CNI_BIN_DIR, KUBERNETES_VERSION, LabConfig
 from .procs import ComponentError, Supervisor, require_binary, tail
 from .realnode_files import CONTAINERD_CONFIG, FC_HOOK, RUNC_WRAPPER
@@ -55,9 +55,11 @@ from .realnode_host import (
     _run,
     _tcp_ok,
     _udp_bound,
+    claim_prefix,
     cleanup_recorded,
     import_image,
     leftovers,
+    remove_prefix,
     run_dir,
 )
 
@@ -115,6 +117,7 @@ class RealNodes:
         self._booting: set[str] = set()
         self._network_up = False
         self._relays: list[str] = []
+        self._claim: socket.socket | None = None
 
     # ---------------------------------------------------------------- names
     def netns(self, j: int) -> str:
@@ -131,7 +134,8 @@ class RealNodes:
 
     # ---------------------------------------------------------------- start
     def check(self) -> None:
-        """ComponentError naming what is missing: a binary, a Debian package, a taken name."""
+        """ComponentError naming what is missing (a binary, a Debian package) or another running lab
+        on this port base; then its names are this lab's until :meth:`stop` (:func:`claim_prefix`)."""
         for name, package in (
             ("containerd", "containerd"), ("ctr", "containerd"), ("runc", "runc"),
             ("containerd-shim-runc-v2", "containerd"), ("socat", "socat"), ("nsenter", "util-linux"),
@@ -148,17 +152,8 @@ class RealNodes:
             )
         if not Path("/sys/fs/cgroup/freezer").is_dir():
             raise ComponentError("real node", "no cgroup v1 freezer hierarchy at /sys/fs/cgroup/freezer")
-        taken = sorted(({self.bridge} | {self.veth(j) for j in range(len(self.names))}) & _links())
-        taken += sorted({self.netns(j) for j in range(len(self.names))} & _netns())
-        if taken:
-            raise ComponentError(
-                "real node network",
-                f"{', '.join(taken)} already exist (another lab with port base {self.cfg.port_base}?)",
-            )
-        if any(Path(h, self.prefix).exists() for h in cgroup_hierarchies()):
-            raise ComponentError(
-                "real node", f"cgroup /{self.prefix} already exists (another lab with this port base?)"
-            )
+        if self._claim is None:
+            self._claim = claim_prefix(self.prefix)
 
     def start(self, progress: Callable[[str], None] | None = None) -> dict:
         """Create the network, the relay and every node, boot them; returns ``info["real_nodes"]``.
@@ -168,6 +163,11 @@ class RealNodes:
         """
         say = progress or (lambda line: None)
         self.check()
+        # with the claim ours, whatever carries this lab's names was left by a lab on this port
+        # base that was killed (its stop never ran)
+        left = remove_prefix(self.prefix)
+        if left:
+            say(f"removed what a killed lab on port base {self.cfg.port_base} left: {', '.join(left)}")
         self.root.mkdir(parents=True, exist_ok=True)
         self.shared.mkdir(exist_ok=True)
         os.chmod(self.shared, 0o777)
@@ -570,6 +570,9 @@ class RealNodes:
         for name in self.names:
             shutil.rmtree(self.root / name / "var" / "lib" / "containerd", ignore_errors=True)
         shutil.rmtree(run_dir(self.prefix), ignore_errors=True)
+        if self._claim is not None:
+            self._claim.close()
+            self._claim = None
 
 
 __all__ = [

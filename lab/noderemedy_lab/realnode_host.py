@@ -1,11 +1,15 @@
 """What the lab's real nodes do on the host outside their own processes: ``ip`` commands, the
 links and network namespaces they make, readiness checks of the relays, their containerd images,
-and what a stopped lab left behind (:func:`leftovers`, :func:`cleanup_recorded`)."""
+the claim on their names (:func:`claim_prefix`) and what a stopped or killed lab left behind
+(:func:`leftovers`, :func:`remove_prefix`, :func:`cleanup_recorded`)."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import re
 import shutil
+import socket
 import subprocess
 from pathlib import Path
 
@@ -81,24 +85,64 @@ def import_image(socket: str, archive: Path, component: str) -> None:
     )
 
 
+def claim_prefix(prefix: str) -> socket.socket:
+    """Claim the host names of prefix ``prefix`` for this process: bind the abstract unix socket
+    ``@noderemedy-lab/<prefix>``. The kernel releases it when the process ends, however it ends
+    (SIGKILL included), and it lives in the network namespace the lab's links are made in; so a
+    name with this prefix that exists while the claim is ours was left by a lab that was killed.
+    Returns the socket (close it to give the claim up; not inherited by child processes).
+    ComponentError ``real node network`` when a running process holds it."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(f"\0noderemedy-lab/{prefix}")
+    except OSError as exc:
+        sock.close()
+        if exc.errno != errno.EADDRINUSE:
+            raise
+        raise ComponentError(
+            "real node network", f"{prefix}: another running lab uses this port base's names"
+        ) from exc
+    return sock
+
+
+def _ours(prefix: str) -> re.Pattern[str]:
+    """Names the real nodes of prefix ``prefix`` make: bridge ``<prefix>br``, host-side veths
+    ``<prefix>r<j>``, network namespaces ``<prefix>-real<j>``; not another prefix's."""
+    return re.compile(rf"{re.escape(prefix)}(br|r\d+|-real\d+)")
+
+
+def remove_prefix(prefix: str) -> list[str]:
+    """Kill what is left in cgroup ``/<prefix>``, delete the network namespaces and links named
+    after ``prefix``, its cgroups and its socket directory; returns what was there (``netns X``,
+    ``link X``, ``cgroup``, ``process N``), empty when nothing was. For a lab that is gone: the
+    caller holds the claim (:func:`claim_prefix`) or knows the supervisor dead."""
+    ours = _ours(prefix)
+    found = [f"process {pid}" for pid in sorted(cgroup_pids(f"/{prefix}"))]
+    with contextlib.suppress(ComponentError):
+        kill_cgroup(f"/{prefix}")
+    # listed before any is deleted: deleting a namespace deletes the veths with an end in it
+    namespaces = sorted(ns for ns in _netns() if ours.fullmatch(ns))
+    links = sorted(link for link in _links() if ours.fullmatch(link))
+    found += [f"netns {ns}" for ns in namespaces] + [f"link {link}" for link in links]
+    for ns in namespaces:
+        _run(["ip", "netns", "delete", ns], "real node network", check=False)
+    for link in set(links) & _links():
+        _run(["ip", "link", "delete", link], "real node network", check=False)
+    if any((h / prefix).exists() for h in cgroup_hierarchies()):
+        found.append(f"cgroup /{prefix}")
+    remove_cgroup(f"/{prefix}")
+    shutil.rmtree(run_dir(prefix), ignore_errors=True)
+    return found
+
+
 def cleanup_recorded(state: dict) -> list[str]:
     """Undo the real nodes of a lab whose supervisor is gone, from its ``lab.json`` document:
     kill what is left in its cgroups, delete its namespaces and links (names with its prefix) and
     its cgroups. Returns :func:`leftovers` afterwards."""
     cfg = LabConfig(workdir=Path(state["workdir"]), port_base=state["port_base"])
-    prefix = cfg.host_prefix
-    with contextlib.suppress(ComponentError):
-        kill_cgroup(f"/{prefix}")
-    for ns in sorted(_netns()):
-        if ns.startswith(f"{prefix}-real"):
-            _run(["ip", "netns", "delete", ns], "real node network", check=False)
-    for link in sorted(_links()):
-        if link.startswith(prefix):
-            _run(["ip", "link", "delete", link], "real node network", check=False)
-    remove_cgroup(f"/{prefix}")
+    remove_prefix(cfg.host_prefix)
     for d in sorted((cfg.workdir / "real").glob("*/var/lib/containerd")):
         shutil.rmtree(d, ignore_errors=True)
-    shutil.rmtree(run_dir(prefix), ignore_errors=True)
     return leftovers(cfg)
 
 

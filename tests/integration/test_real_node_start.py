@@ -11,16 +11,28 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from noderemedy_lab import pki
+from noderemedy_lab.cgroups import cgroup_hierarchies, make_cgroup
 from noderemedy_lab.config import LabConfig
 from noderemedy_lab.images import ensure_node_images
 from noderemedy_lab.procs import ComponentError, Supervisor
 from noderemedy_lab.realnode import READY_TIMEOUT, RealNodes, leftovers
+from noderemedy_lab.realnode_host import _links, _netns
+
+#: Holds a port base's claim as a running lab does, says so, and waits to be killed.
+CLAIM_AND_WAIT = (
+    "import sys, time\n"
+    "from noderemedy_lab.realnode_host import claim_prefix\n"
+    "claim = claim_prefix(sys.argv[1])\n"
+    "print('claimed', flush=True)\n"
+    "time.sleep(600)\n"
+)
 
 pytestmark = [pytest.mark.lab]
 
@@ -68,20 +80,62 @@ def test_a_kubelet_that_exits_is_named_and_nothing_is_left(cfg):
     assert not any(p.alive() for p in sup.procs.values())
 
 
-def test_a_taken_network_name_stops_the_start_before_anything_runs(cfg):
+def test_another_running_lab_on_the_port_base_stops_the_start_and_its_names_are_kept(cfg):
+    """A process that holds the port base's claim (as a running lab does): the start stops at the
+    check naming the network, before anything runs, and the names that lab made are not touched."""
     nodes, sup = real_nodes(cfg, "/bin/false")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", CLAIM_AND_WAIT, nodes.prefix], stdout=subprocess.PIPE, text=True
+    )
     subprocess.run(["ip", "link", "add", nodes.bridge, "type", "bridge"], check=True)
     try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "claimed"
         with pytest.raises(ComponentError) as err:
             nodes.start()
         assert err.value.component == "real node network"
-        assert nodes.bridge in str(err.value)
+        assert "another running lab" in str(err.value), str(err.value)
         assert sup.procs == {}
         nodes.stop()
-        # ours to delete: the bridge made here is all there is
-        assert leftovers(cfg) == [f"link {nodes.bridge}"]
+        assert leftovers(cfg) == [f"link {nodes.bridge}"], "the running lab's bridge was touched"
     finally:
+        holder.kill()
+        holder.wait()
         subprocess.run(["ip", "link", "delete", nodes.bridge], check=False)
+    assert leftovers(cfg) == []
+
+
+def test_what_a_killed_lab_left_on_the_port_base_is_removed_by_the_next_lab(cfg):
+    """What a lab killed with SIGKILL leaves in the kernel (its namespace, veth and bridge, its
+    cgroup with a process of a node still in it): the next lab on the port base says what it
+    removed and starts; a lab that refused instead left every later run on that port base
+    unable to start real nodes."""
+    nodes, sup = real_nodes(cfg, "/bin/false")
+    ns, veth = nodes.netns(0), nodes.veth(0)
+    for argv in (
+        ["ip", "link", "add", nodes.bridge, "type", "bridge"],
+        ["ip", "netns", "add", ns],
+        ["ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns],
+        ["ip", "link", "set", veth, "master", nodes.bridge, "up"],
+    ):
+        subprocess.run(argv, check=True)
+    make_cgroup(nodes.cgroup(0))
+    survivor = subprocess.Popen(["sleep", "600"])
+    for hier in cgroup_hierarchies():
+        (hier / nodes.cgroup(0).strip("/") / "cgroup.procs").write_text(str(survivor.pid))
+    said: list[str] = []
+    try:
+        nodes.start(progress=said.append)
+        removed = [line for line in said if line.startswith("removed what a killed lab")]
+        assert len(removed) == 1, said
+        for name in (f"process {survivor.pid}", f"netns {ns}", f"link {veth}", f"link {nodes.bridge}"):
+            assert name in removed[0], removed[0]
+        assert survivor.wait(10) == -9
+        # the lab's own network is up in the names the killed lab had
+        assert {nodes.bridge, veth} <= _links() and ns in _netns()
+    finally:
+        survivor.kill()
+        nodes.stop()
+        sup.stop_all()
     assert leftovers(cfg) == []
 
 
