@@ -395,7 +395,8 @@ class BatchingExecutor(Executor):
         every slot is busy, the runs asked for while it waits go in it --, then run the batch;
         every caller's ``done`` is set at the end."""
         try:
-            if self.slots.acquire(min(r.priority for r in batch.requests), _AllSet(batch.requests)):
+            priority = min(r.priority for r in batch.requests)
+            if self.slots.acquire(priority, _AllSet(batch.requests)):
                 self._close(batch)
                 try:
                     batch.running.set()
@@ -403,7 +404,7 @@ class BatchingExecutor(Executor):
                     if live:
                         self._run_live(batch, live)
                 finally:
-                    self.slots.release()
+                    self.slots.release(priority)
         except Exception as exc:  # every caller gets an outcome, never a hang
             log.exception("batch of %s failed to run", batch.playbook)
             for r in batch.requests:

@@ -384,7 +384,7 @@ class JobExecutor(Executor):
         try:
             return self.start_and_wait(req)
         finally:
-            self.slots.release()
+            self.slots.release(req.priority)
 
     def start_and_wait(self, req: RunRequest) -> RunOutcome:
         """The Job of ``req`` created (or adopted: :meth:`JobRuns.start`) and waited for, the

@@ -42,7 +42,7 @@ from noderemedy_runner.config.fence import (
     parse_fence_config,
     required_templates,
 )
-from noderemedy_runner.executor import Executor
+from noderemedy_runner.executor import AFTER_RELEASE_PRIORITY, Executor
 from noderemedy_runner.kube.errors import Conflict, KubeError
 from noderemedy_runner.kube.resources import (
     NODEFENCE,
@@ -108,11 +108,6 @@ from noderemedy_runner.outcomes import RunOutcome, fence_reading
 
 log = logging.getLogger(__name__)
 
-#: Added to the run priority of a NodeFence whose node carries the out-of-service taint (released;
-#: the run brings the node back). Free slots go lowest priority first (executor.Slots), so when
-#: many nodes fail at once the runs that lead to a release, which StatefulSet pods wait on, go
-#: before the runs after one. Below the fence device check's, which stays last.
-AFTER_RELEASE_PRIORITY = 1_000
 #: Condition reason when the fence configuration cannot be used.
 FENCE_CONFIG_INVALID = "FenceConfigInvalid"
 #: Condition reason when the remedy chain annotation cannot be read.
@@ -476,7 +471,9 @@ class NodeFenceReconciler(NodeFenceCleanup):
         False when the run was canceled (the runner is stopping, or the NodeFence went away): no
         result is kept, and the caller stops instead of asking for the same run again.
         ``released``: the node carries the out-of-service taint, so the run queues after those
-        that lead to a release (:data:`AFTER_RELEASE_PRIORITY`)."""
+        that lead to a release (:data:`~noderemedy_runner.executor.AFTER_RELEASE_PRIORITY`: free
+        slots go lowest priority first, and such runs hold at most all but one, so when many nodes
+        fail at once the runs StatefulSet pods wait on go first)."""
         name = str(meta_of(obj).get("name"))
         ident = action.ident or f"{name}-verify-{int(self.clock() * 1000)}"
         playbook = action.playbook or ""

@@ -123,7 +123,7 @@ class PodRemedies:
             log.info("remedy %s: Job %s %s", remedy, jname, "adopted" if adopted else "created")
             outcome = self.jobs.wait(job, jname, cancel, recovered=adopted, message_required=False)
         finally:
-            executor.slots.release()
+            executor.slots.release(0)
         if outcome.status == "canceled":
             return None
         message = "; ".join(outcome.failed_tasks) or f"Job {jname} Complete"

@@ -295,7 +295,7 @@ def test_a_caller_canceled_while_its_batch_waits_for_a_slot_returns_canceled(
     t.start()
     cancel.set()
     t.join(60)
-    ex.slots.release()
+    ex.slots.release(0)
     assert results["a"].status == "canceled" and ex.batches_started == 0
 
 
@@ -333,7 +333,7 @@ def test_a_batch_waiting_for_a_slot_takes_the_runs_asked_for_meanwhile(
         30,
         "3 runs in it",
     )
-    ex.slots.release()
+    ex.slots.release(0)
     for t in threads:
         t.join(60)
     assert (ex.batches_started, ex.hosts_served) == (1, 3)
