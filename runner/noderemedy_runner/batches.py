@@ -511,6 +511,7 @@ class BatchingExecutor(Executor):
                 token,
                 canceled,
                 env={"ANSIBLE_FORKS": str(len(live)), "ANSIBLE_STRATEGY": "free"},
+                priority=min(r.priority for r in live),
                 event_handler=on_event,
             )
             status = str(runner.status)

@@ -189,6 +189,19 @@ class Slots:
 
 #: Default niceness added to playbook runs (``nice(1)``'s default increment).
 RUN_NICE = 10
+#: Niceness added on top of a run's for runs at :data:`AFTER_RELEASE_PRIORITY` or above (at most
+#: 19 in all): when a rack fails, the recovery runs of the nodes released first load the cores
+#: while the last nodes are still being fenced, and a fence run shares them with those runs as
+#: 110 to 15 (the kernel's weights of nice 10 and 19, sched(7)) instead of evenly.
+AFTER_RELEASE_NICE = 9
+
+
+def nice_for(run_nice: int, priority: int) -> int:
+    """Niceness of a run of ``priority`` when runs get ``run_nice``: ``run_nice`` (0: none, for
+    every run), raised by :data:`AFTER_RELEASE_NICE` up to 19 for runs after a release."""
+    if run_nice <= 0 or priority < AFTER_RELEASE_PRIORITY:
+        return run_nice
+    return min(19, run_nice + AFTER_RELEASE_NICE)
 
 
 def run_niced(nice: int, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -321,6 +334,7 @@ class Executor:
         token: str,
         cancel_callback: Callable[[], bool],
         env: Mapping[str, str] | None = None,
+        priority: int = 0,
         **more: Any,
     ) -> Any:
         """``ansible_runner.run`` of ``playbook`` as every run of the executor goes: in private data
@@ -330,13 +344,14 @@ class Executor:
         ``hosts``: the inventory, each host's variables with a local connection through this
         Python added; ``token``: the run's :data:`~noderemedy_runner.run_processes.RUN_MARKER`
         (its processes are killed by it); ``env``: more environment on top of :meth:`envvars`;
+        ``priority``: the run's slot priority, which sets its niceness (:func:`nice_for`);
         ``more``: further ``ansible_runner.run`` arguments (``event_handler``). Returns
         ansible-runner's Runner (``status``, ``rc``, ``events``); raises what it raises."""
         import ansible_runner  # type: ignore[import-untyped]  # heavy import
 
         local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
         return run_niced(
-            self.run_nice,
+            nice_for(self.run_nice, priority),
             ansible_runner.run,
             private_data_dir=str(private),
             project_dir=str(self.playbook_dir),
@@ -476,7 +491,14 @@ class Executor:
 
         try:
             runner = self.ansible_run(
-                private, req.playbook, req.ident, {"localhost": {}}, req.extravars, token, canceled
+                private,
+                req.playbook,
+                req.ident,
+                {"localhost": {}},
+                req.extravars,
+                token,
+                canceled,
+                priority=req.priority,
             )
             status = str(runner.status)
             if status == "timeout":  # the detached workers and modules outlive the killed group
@@ -511,6 +533,8 @@ def _event_counter(path: Path) -> int:
 
 
 __all__ = [
+    "AFTER_RELEASE_NICE",
+    "AFTER_RELEASE_PRIORITY",
     "CANCELED",
     "Executor",
     "ExecutorError",
@@ -520,5 +544,6 @@ __all__ = [
     "check_ident",
     "link_collection",
     "private_dir_name",
+    "nice_for",
     "run_niced",
 ]
