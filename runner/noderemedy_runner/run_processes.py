@@ -70,7 +70,9 @@ def new_token() -> str:
 def run_pids(token: str, proc: Path = _PROC) -> list[int]:
     """Pids of the live processes whose environment holds ``RUN_MARKER=token``, this process
     excluded. Processes that vanish or cannot be read (another user's) are skipped; an empty list
-    where ``proc`` does not exist (not Linux)."""
+    where ``proc`` does not exist (not Linux). A process in the middle of exec(2) shows an empty
+    environment for an instant (the kernel closes its close-on-exec files, then lays out the new
+    stack) and is not found in that instant."""
     want = f"{RUN_MARKER}={token}".encode()
     me = os.getpid()
     pids: list[int] = []

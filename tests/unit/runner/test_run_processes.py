@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from ansible_runner.config.runner import RunnerConfig  # type: ignore[import-untyped]
@@ -30,6 +31,20 @@ DETACHED = (
 )
 
 
+def exited(pid: int, timeout: float) -> bool:
+    """Whether process ``pid`` has exited (gone, or a zombie) within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return True
+        if state in ("Z", "X"):
+            return True
+        time.sleep(0.01)
+    return False
+
+
 def test_the_detached_processes_of_a_run_are_found_and_killed_and_no_others() -> None:
     token, other = new_token(), new_token()
     mine = subprocess.Popen(
@@ -49,12 +64,20 @@ def test_the_detached_processes_of_a_run_are_found_and_killed_and_no_others() ->
         grandchild = int(mine.stdout.readline())
         their_child = int(theirs.stdout.readline())
         assert os.getpgid(grandchild) != os.getpgid(0), "the module runs in a process group of its own"
+        # the grandchild's pid comes once its exec(2) closed the pipe subprocess waits on, which
+        # the kernel does before it lays out the new environment: until then it reads empty
+        deadline = time.monotonic() + 10
+        while sorted(run_pids(token)) != sorted([mine.pid, grandchild]) and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert sorted(run_pids(token)) == sorted([mine.pid, grandchild])
 
         killed = kill_run_processes(token)
 
         assert sorted(killed) == sorted([mine.pid, grandchild])
         assert mine.wait(10) == -9
+        # kill(2) returns before the target is gone, and the grandchild is no child of ours to
+        # wait for: until it has exited, its environment is still there to be found again
+        assert exited(grandchild, 10), f"{grandchild} still running 10 s after SIGKILL"
         assert theirs.poll() is None and their_child in run_pids(other), "another run is left alone"
         assert kill_run_processes(token) == []
     finally:
