@@ -45,13 +45,11 @@ from pathlib import Path
 import yaml
 
 from . import pki
-from .cgroups import cgroup_pids, kill_cgroup, kill_node, make_node_cgroup, remove_cgroup
+from .cgroups import cgroup_pids, kill_cgroup, kill_node, make_node_cgroup
 from .config import CNI_BIN_DIR, KUBERNETES_VERSION, LabConfig
 from .procs import ComponentError, Supervisor, require_binary, tail
 from .realnode_files import CONTAINERD_CONFIG, FC_HOOK, RUNC_WRAPPER
 from .realnode_host import (
-    _links,
-    _netns,
     _run,
     _tcp_ok,
     _udp_bound,
@@ -115,7 +113,6 @@ class RealNodes:
         self.specs: dict[str, dict] = {}
         self.shared = self.root / "shared"
         self._booting: set[str] = set()
-        self._network_up = False
         self._relays: list[str] = []
         self._claim: socket.socket | None = None
 
@@ -208,7 +205,6 @@ class RealNodes:
 
     def _setup_network(self) -> None:
         comp = "real node network"
-        self._network_up = True  # from here on, stop() must undo
         _run(["ip", "link", "add", self.bridge, "type", "bridge"], comp)
         _run(["ip", "addr", "add", f"{self.host_ip}/24", "dev", self.bridge], comp)
         Path(f"/proc/sys/net/ipv4/conf/{self.bridge}/forwarding").write_text("0")
@@ -537,7 +533,8 @@ class RealNodes:
     # ---------------------------------------------------------------- stop
     def stop(self) -> None:
         """Kill every node (as a power cut), stop the relay, delete namespaces, veths, the bridge
-        and the cgroups, and the nodes' containerd state. Safe to call on a half-started lab."""
+        and the cgroups (:func:`remove_prefix`, when the names were claimed: never another running
+        lab's), and the nodes' containerd state. Safe to call on a half-started lab."""
         for j, name in enumerate(self.names):
             proc = self.sup.procs.get(f"node {name}")
             if proc is not None and proc.alive():
@@ -555,24 +552,12 @@ class RealNodes:
         for proc in self._relays:
             self.sup.stop(proc)
         self._relays.clear()
-        if self._network_up:
-            names = _netns()
-            for j in range(len(self.names)):
-                if self.netns(j) in names:
-                    _run(["ip", "netns", "delete", self.netns(j)], "real node network", check=False)
-            links = _links()
-            for j in range(len(self.names)):
-                if self.veth(j) in links:
-                    _run(["ip", "link", "delete", self.veth(j)], "real node network", check=False)
-            if self.bridge in links:
-                _run(["ip", "link", "delete", self.bridge], "real node network", check=False)
-        remove_cgroup(f"/{self.prefix}")
-        for name in self.names:
-            shutil.rmtree(self.root / name / "var" / "lib" / "containerd", ignore_errors=True)
-        shutil.rmtree(run_dir(self.prefix), ignore_errors=True)
-        if self._claim is not None:
+        if self._claim is not None:  # every name with this prefix is this lab's (check)
+            remove_prefix(self.prefix)
             self._claim.close()
             self._claim = None
+        for name in self.names:
+            shutil.rmtree(self.root / name / "var" / "lib" / "containerd", ignore_errors=True)
 
 
 __all__ = [
