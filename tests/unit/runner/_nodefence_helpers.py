@@ -40,8 +40,13 @@ STORAGE_VERIFIED = FenceReading(NODE, True, "storage_isolated", "fc-off", NOW)
 OTHER_NODE = FenceReading("worker-2", True, "power_off", "pdu-off", NOW)
 
 
-def cond(type_: str, status: str, reason: str = "R") -> Condition:
-    return Condition(type_, status, reason, "", float(T0), 1)  # type: ignore[arg-type]
+def cond(type_: str, status: str, reason: str = "R", message: str = "") -> Condition:
+    return Condition(type_, status, reason, message, float(T0), 1)  # type: ignore[arg-type]
+
+
+#: ``FenceVerified=True`` as the machine writes it after a storage-only fence, and a power fence
+STORAGE_CLAIM = cond("FenceVerified", "True", "FenceVerified", "storage_isolated read back (fc-off)")
+POWER_CLAIM = cond("FenceVerified", "True", "FenceVerified", "power_off read back (ipmi-off)")
 
 
 def status(phase: str = "New", step: str = "Isolation", **kw: Any) -> NodeFenceStatus:

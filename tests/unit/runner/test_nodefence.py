@@ -16,6 +16,8 @@ from _nodefence_helpers import (
     NOW,
     OTHER_NODE,
     POLICY,
+    POWER_CLAIM,
+    STORAGE_CLAIM,
     STORAGE_VERIFIED,
     VERIFIED,
     cond,
@@ -30,7 +32,9 @@ from _nodefence_helpers import (
 from nodefence_world import NAME, NODE, T0
 
 from noderemedy_runner.config.fence import FenceConfig
+from noderemedy_runner.machines.actions import FENCE_KINDS, FenceReading
 from noderemedy_runner.machines.conditions import Condition, find_condition
+from noderemedy_runner.machines.guards import Hold
 from noderemedy_runner.machines.nodefence import (
     PHASES,
     LevelOutcome,
@@ -38,7 +42,9 @@ from noderemedy_runner.machines.nodefence import (
     NodeFencePolicy,
     NodeFenceStatus,
     StepResult,
+    claimed_fence_kind,
     decide,
+    fence_verified_message,
     run_ident,
 )
 from noderemedy_runner.machines.release import LeftOnNode
@@ -76,6 +82,19 @@ ROWS: list[tuple[str, NodeFenceStatus, NodeFenceObservations, FenceConfig, str, 
      status("Done", "PowerManagement", conditions=(cond("FenceVerified", "True"),), last_transition_time=NOW - 10),
      observe(fence=STORAGE_VERIFIED), without(CONFIG, power_management=()), "wait", {"reason": "WaitNodeReady"}),
     ("running/claimed-fence-is-verified-first", status("Running", conditions=(cond("FenceVerified", "True"),)),
+     observe(), CONFIG, "verify_fence", {"extravars.methods": ["fc-off", "pdu-off"]}),
+    ("running/claimed-power-fence-is-verified-first", status("Running", conditions=(POWER_CLAIM,)),
+     observe(), CONFIG, "verify_fence", {"extravars.methods": ["fc-off", "pdu-off"]}),
+    # a stale storage-only claim licenses nothing: the power step reads its own fence back
+    ("running/claimed-storage-fence-power-next", status("Running", conditions=(STORAGE_CLAIM,)),
+     observe(), CONFIG, "write_status",
+     {"status": "Running→Running", "step": "PowerManagement", "current_run": run_ref("PowerManagement")}),
+    ("running/claimed-storage-fence-held-not-read-again", status("Running", conditions=(STORAGE_CLAIM,)),
+     observe(start_holds={"PowerManagement": Hold("PowerFencingLimit", "48 nodes in PowerManagement")}), CONFIG,
+     "write_status", {"status": "Running→Running", "current_run": None, "Processing": ("False", "PowerFencingLimit")}),
+    ("running/claimed-storage-fence-no-power-step-is-verified", status("Running", conditions=(STORAGE_CLAIM,)),
+     observe(), without(CONFIG, power_management=()), "verify_fence", {"extravars.methods": ["fc-off"]}),
+    ("done/claimed-storage-fence-is-verified", status("Done", "PowerManagement", conditions=(STORAGE_CLAIM,)),
      observe(), CONFIG, "verify_fence", {"extravars.methods": ["fc-off", "pdu-off"]}),
     ("running/claimed-fence-not-held", status("Running", conditions=(cond("FenceVerified", "True"),)),
      observe(fence=NOT_FENCED), CONFIG, "write_status", {"status": "Running→Running", "FenceVerified": ("False", "FenceNotHeld")}),
@@ -345,3 +364,22 @@ def test_status_round_trip_and_errors() -> None:
         NodeFenceStatus.from_dict(
             {"currentRun": {"ident": "x", "step": "X", "attempt": 0, "notBefore": "2023-11-14T22:13:20Z"}}
         )
+
+
+@pytest.mark.parametrize("kind", FENCE_KINDS)
+def test_the_claimed_fence_kind_is_read_back_from_the_message_the_machine_writes(kind: str) -> None:
+    """What ``FenceVerified=True`` claims is read from the message the machine itself wrote; an
+    empty or foreign message, or a claim no longer True, claims no kind."""
+    reading = FenceReading(NODE, True, kind, "m-off", NOW)  # type: ignore[arg-type]
+    claim = cond("FenceVerified", "True", "FenceVerified", fence_verified_message(reading))
+    assert claimed_fence_kind(status("Running", conditions=(claim,))) == kind
+    assert (
+        claimed_fence_kind(status("Running", conditions=(dataclasses.replace(claim, status="False"),)))
+        is None
+    )
+    assert claimed_fence_kind(status("Running", conditions=(cond("FenceVerified", "True"),))) is None
+    assert (
+        claimed_fence_kind(status("Running", conditions=(cond("FenceVerified", "True", message="on"),)))
+        is None
+    )
+    assert claimed_fence_kind(status("Running")) is None

@@ -55,6 +55,8 @@ from noderemedy_runner.machines.nodefence.vocabulary import (
     WAITING_FOR_KUBELET,
     WORKLOADS_RELEASED,
     NodeFencePolicy,
+    claimed_fence_kind,
+    fence_verified_message,
     is_stopped,
 )
 from noderemedy_runner.machines.release import RateHold
@@ -127,6 +129,23 @@ HOLD_REASONS = (
     "ControlPlaneRemediationInProgress",
     "PowerFencingLimit",
 )
+
+
+def _storage_claim_awaiting_power(s: NodeFenceStatus, config: FenceConfig) -> bool:
+    """Whether ``s`` (Running: Isolation done, PowerManagement not yet) claims a verified fence
+    of a kind that licenses no taint (:data:`~noderemedy_runner.machines.actions.TAINT_KINDS`),
+    with power-management methods still to run. Such a claim is not read again when its reading
+    goes stale (:data:`~noderemedy_runner.machines.actions.FENCE_FRESH_SECONDS`): a new reading
+    could release nothing (the pods on fenced storage go only with the read-back of the run that
+    fenced it, and only a power fence licenses the taint), and the PowerManagement run reads its
+    own fence back before any release. Reading it again cost a ``fence_verify.yml`` run per
+    waiting node a minute while ``--max-power-fencing`` held the power step, and delayed the step
+    by that run when it could start. A claim of unknown kind (an older message) is read again, as
+    before. Pure."""
+    if s.status != "Running" or not config.power_management:
+        return False
+    kind = claimed_fence_kind(s)
+    return kind is not None and kind not in act.TAINT_KINDS
 
 
 def _held(s: NodeFenceStatus, hold: Hold, now: float) -> Action:
@@ -241,7 +260,7 @@ def _apply_result(
                 FENCE_VERIFIED,
                 "True",
                 "FenceVerified",
-                f"{r.fence.kind} read back ({r.fence.source})",
+                fence_verified_message(r.fence),
                 now,
             )
         if run.segment + 1 < segs:  # the next segment of the same attempt, committed before it runs
@@ -454,12 +473,18 @@ def _decide(
             if held_write is not None:
                 return held_write
         if not held and is_true(s.conditions, FENCE_VERIFIED):
-            if obs.fence is None:
+            if obs.fence is not None:
+                new = _cond(
+                    s,
+                    FENCE_VERIFIED,
+                    "False",
+                    "FenceNotHeld",
+                    f"read back: {obs.fence.kind} not holding",
+                    now,
+                )
+                return _write(new, "FenceNotHeld")
+            if not _storage_claim_awaiting_power(s, config):
                 return verify_fence_action(name, config, s)
-            new = _cond(
-                s, FENCE_VERIFIED, "False", "FenceNotHeld", f"read back: {obs.fence.kind} not holding", now
-            )
-            return _write(new, "FenceNotHeld")
 
     # 3. The automaton.
     if s.status == "New":

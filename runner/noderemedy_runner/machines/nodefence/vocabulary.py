@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from noderemedy_runner.machines.actions import FENCE_KINDS, FenceKind, FenceReading
 from noderemedy_runner.machines.conditions import find_condition
 from noderemedy_runner.machines.fencestatus import LevelOutcome, NodeFenceStatus
 from noderemedy_runner.machines.remedies import exhausted
@@ -95,6 +96,23 @@ def is_terminal(status: NodeFenceStatus, policy: NodeFencePolicy) -> bool:
     )
 
 
+def fence_verified_message(reading: FenceReading) -> str:
+    """The ``FenceVerified=True`` message for ``reading``: ``"<kind> read back (<source>)"``, e.g.
+    ``"power_off read back (ipmi-off)"`` (:func:`claimed_fence_kind` reads the kind back)."""
+    return f"{reading.kind} read back ({reading.source})"
+
+
+def claimed_fence_kind(status: NodeFenceStatus) -> FenceKind | None:
+    """The kind of fence ``status``'s ``FenceVerified=True`` claims (written by
+    :func:`fence_verified_message`), or None: no such claim, or a message of another shape (then
+    nothing is known of the kind). Pure."""
+    cond = find_condition(status.conditions, FENCE_VERIFIED)
+    if cond is None or cond.status != "True":
+        return None
+    kind = cond.message.split(" ", 1)[0]
+    return next((k for k in FENCE_KINDS if k == kind), None)
+
+
 def is_stopped(status: NodeFenceStatus) -> bool:
     """Whether an admin stopped this NodeFence (Error with ``Succeeded=False``, ``StoppedByAdmin``)."""
     cond = find_condition(status.conditions, SUCCEEDED)
@@ -121,6 +139,8 @@ __all__ = [
     "WAITING_FOR_KUBELET",
     "WORKLOADS_RELEASED",
     "NodeFencePolicy",
+    "claimed_fence_kind",
+    "fence_verified_message",
     "is_stopped",
     "is_terminal",
     "new_level_outcomes",
