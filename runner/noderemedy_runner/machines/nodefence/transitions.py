@@ -140,7 +140,7 @@ def _storage_claim_awaiting_power(s: NodeFenceStatus, config: FenceConfig) -> bo
     fenced it, and only a power fence licenses the taint), and the PowerManagement run reads its
     own fence back before any release. Reading it again cost a ``fence_verify.yml`` run per
     waiting node a minute while ``--max-power-fencing`` held the power step, and delayed the step
-    by that run when it could start. A claim of unknown kind (an older message) is read again, as
+    by that run when it could start. A claim whose message names no kind is read again, as
     before. Pure."""
     if s.status != "Running" or not config.power_management:
         return False
