@@ -465,8 +465,9 @@ def test_with_the_job_executor_nodefences_asked_at_once_share_one_job_per_batch(
     try:
         in_flight = wait_for(active_batch, 180, "a batch's Job running")
     except AssertionError as e:  # say what ran instead: Jobs (NodeFences of ours owning each), phases
-        phases = {n: (get_nf(co, n) or {}).get("status", {}).get("phase") for n in uids}
-        raise AssertionError(f"{e}; Jobs {sorted(seen.items())}; NodeFence phases {phases}") from None
+        statuses = {n: (get_nf(co, n) or {}).get("status") or {} for n in uids}
+        phases = {n: (st.get("status"), st.get("step")) for n, st in statuses.items()}
+        raise AssertionError(f"{e}; Jobs {sorted(seen.items())}; NodeFence (status, step) {phases}") from None
     leader = leader_pod(deployed)
     out = deployed.kubectl("-n", NS, "delete", "pod", leader, "--force", "--grace-period=0")
     assert out.returncode == 0, out.stderr
