@@ -152,6 +152,15 @@ def build_parser() -> argparse.ArgumentParser:
         'first; fan-out: docs/runner.md "Batches"; default %(default)s; 0: every run on its own)',
     )
     act.add_argument(
+        "--idle-start",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="a run whose fence playbook is idle (no batch of it gathering, running or ended within "
+        "the window) and whose NodeFence is the only one being reconciled starts at once, without "
+        "the batch window: one failed node pays no wait (default: on; --no-idle-start: every "
+        "batch gathers)",
+    )
+    act.add_argument(
         "--batch-size",
         type=int,
         default=20,

@@ -4,11 +4,13 @@ When a rack fails, tens of NodeFences ask for the same playbook (``fence_step.ym
 PowerManagement step) within a second, and each run costs about 1.3 s of ``ansible-playbook``
 start-up (``bench/results/fencing.json``). :class:`BatchingExecutor` gathers the runs requested
 for one playbook until ``batch_window`` seconds pass without another (:func:`gather_deadline`), or
-while every slot is busy (at most ``batch_size`` of them), into one
-ansible-runner run whose inventory has one host per custom resource: the host's variables are
-that resource's own extravars (references only, checked as :class:`~noderemedy_runner.machines.actions.Action`
-checks them: invariant 5), Ansible's forks are the batch's size and its strategy is ``free``, so
-each host runs its tasks as fast as its own device answers -- a slow device delays only its host.
+while every slot is busy (at most ``batch_size`` of them), into one ansible-runner run whose
+inventory has one host per custom resource; a run that finds its playbook idle starts at once, so
+one failed node pays no window (:meth:`BatchingExecutor.idle`). A host's variables are that
+resource's own extravars (references only, checked as
+:class:`~noderemedy_runner.machines.actions.Action` checks them: invariant 5), Ansible's forks are
+the batch's size and its strategy is ``free``, so each host runs its tasks as fast as its own
+device answers -- a slow device delays only its host.
 Batches are formed per playbook *and* per shared device of the runs' first method
 (:mod:`noderemedy_runner.shared_devices`): the hosts of a batch on one PDU or FC switch get one
 module call for all their plugs, each host then taking its own plug's read-back, so a slow shared
@@ -34,9 +36,8 @@ not repeated) and replays only the interrupted hosts' segments, once, as for a r
 (docs/runner.md "What a restart repeats").
 
 A caller whose cancel event is set (its custom resource was deleted, the runner is stopping) gets
-``canceled`` at once, and the batch is stopped (every process of the run is killed); the batch's
-other callers whose hosts were not done yet are put into a new batch, running their segment again
-from its start (an idempotent repeat: docs/state-machines.md).
+``canceled`` at once, and the batch is stopped (every process of the run is killed); its callers
+not done yet go into a new batch, their segment again from its start (an idempotent repeat).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ import re
 import shutil
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -82,6 +83,8 @@ BATCH_WINDOW = 0.25
 GATHER_WINDOWS = 8
 #: Default most hosts in one batch (and Ansible forks of its run).
 BATCH_SIZE = 20
+#: :class:`BatchingExecutor`'s own keyword arguments (the others are :class:`Executor`'s).
+BATCH_OPTIONS = ("batch_window", "batch_size", "idle_start", "busy_resources")
 #: Seconds past the run deadline a canceled caller waits for its batch's processes to be gone.
 STOP_GRACE_SECONDS = 30.0
 #: ansible-playbook's exit codes: a host failed, a host was unreachable.
@@ -127,7 +130,8 @@ def gather_deadline(first: float, last: float, window: float) -> float:
     :data:`GATHER_WINDOWS` windows after its first. When a rack fails, its nodes' NodeFences ask
     for their runs over a second or two, a few at a time; a fixed window would cut them into many
     small batches, each paying ``ansible-playbook``'s start-up, where gathering while they keep
-    coming makes a few large ones. A lone run still starts one window after it joined. Pure."""
+    coming makes a few large ones. A run that finds its playbook idle does not gather at all
+    (:class:`BatchingExecutor` ``idle_start``). Pure."""
     return min(last + window, first + window * GATHER_WINDOWS)
 
 
@@ -275,6 +279,8 @@ class _Batch:
     first_join: float = field(default_factory=time.monotonic)
     last_join: float = field(default_factory=time.monotonic)
     closed: bool = False
+    #: started without gathering: its first run found the playbook idle (``idle_start``)
+    at_once: bool = False
     full: threading.Event = field(default_factory=threading.Event)
     #: set once the batch holds its slot (its run may start), and once it is over
     running: threading.Event = field(default_factory=threading.Event)
@@ -295,6 +301,10 @@ class BatchingExecutor(Executor):
         batch_size: most hosts in one run, and its Ansible forks (>= 1). A batch takes one of
             the ``max_concurrent_runs`` slots: at most ``max_concurrent_runs * batch_size``
             hosts run at once.
+        idle_start: a run that finds its playbook idle (:meth:`idle`) starts at once: one
+            failed node pays no window. False: every batch gathers.
+        busy_resources: how many custom resources are being reconciled now (the watcher's
+            workers, :meth:`idle`); None: not asked.
 
     Only :data:`BATCHED_PLAYBOOKS` are batched; other runs go as before, one run each.
     Raises ValueError on ``batch_window`` <= 0 or ``batch_size`` < 1 (and what the base raises).
@@ -307,6 +317,8 @@ class BatchingExecutor(Executor):
         *,
         batch_window: float = BATCH_WINDOW,
         batch_size: int = BATCH_SIZE,
+        idle_start: bool = True,
+        busy_resources: Callable[[], int] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(data_dir, playbook_dir, **kwargs)
@@ -316,8 +328,12 @@ class BatchingExecutor(Executor):
             raise ValueError(f"batch_size = {batch_size}: must be >= 1")
         self.batch_window = batch_window
         self.batch_size = batch_size
+        self.idle_start = idle_start
+        self.busy_resources = busy_resources
         self._lock = threading.Lock()
         self._pending: dict[str, _Batch] = {}
+        #: per playbook: its batches gathering or running, and when the latest one ended
+        self._busy, self._ended = dict[str, int](), dict[str, float]()
         self._serial = 0
         #: batches started, and hosts they served (the runs a batch saved: hosts - batches)
         self.batches_started = 0
@@ -352,6 +368,17 @@ class BatchingExecutor(Executor):
             return req.outcome or canceled
 
     # --- gathering -----------------------------------------------------------------------------
+    def idle(self, playbook: str, now: float) -> bool:
+        """Whether a run of ``playbook`` asked at ``now`` (monotonic seconds) starts at once:
+        ``idle_start`` is on, no batch of it is gathering or running or ended within the last
+        ``batch_window`` seconds, and no other custom resource is being reconciled. A rack's
+        NodeFences are all at work when the first asks for its run, and a batch's hosts ask for
+        their next runs as it ends: those gather (a lone first run would take a slot and CPU)."""
+        ended = self._ended.get(playbook, float("-inf"))
+        if not self.idle_start or self._busy.get(playbook) or now - ended < self.batch_window:
+            return False
+        return self.busy_resources is None or self.busy_resources() <= 1
+
     def _join(self, playbook: str, req: _Request) -> None:
         """Put ``req`` into the open batch of ``playbook`` and of its first method's shared device
         (``shared_devices.shared_key``; a new batch, whose runner thread this starts, when there
@@ -361,8 +388,9 @@ class BatchingExecutor(Executor):
             batch = self._pending.get(key)
             lead = batch is None or batch.closed or req.host in batch.hosts()
             if lead:
-                batch = _Batch(playbook, key)
+                batch = _Batch(playbook, key, at_once=self.idle(playbook, time.monotonic()))
                 self._pending[key] = batch
+                self._busy[playbook] = self._busy.get(playbook, 0) + 1
             assert batch is not None
             batch.requests.append(req)
             batch.last_join = time.monotonic()
@@ -376,8 +404,9 @@ class BatchingExecutor(Executor):
             threading.Thread(target=self._lead, args=(batch,), name=f"batch-{playbook}", daemon=True).start()
 
     def _lead(self, batch: _Batch) -> None:
-        """Gather runs into ``batch`` until :func:`gather_deadline` or it is full, then run it."""
-        while True:
+        """Gather runs into ``batch`` until :func:`gather_deadline` or it is full (not at all
+        when it starts at once: :meth:`idle`), then run it."""
+        while not batch.at_once:
             left = gather_deadline(batch.first_join, batch.last_join, self.batch_window) - time.monotonic()
             if left <= 0 or batch.full.wait(left):
                 break
@@ -412,6 +441,9 @@ class BatchingExecutor(Executor):
                     r.outcome = RunOutcome(r.ident, "error", None, failed_tasks=(f"batch: {exc}"[:400],))
         finally:
             self._close(batch)
+            with self._lock:
+                self._busy[batch.playbook] -= 1
+                self._ended[batch.playbook] = time.monotonic()
             batch.ended.set()
             for r in batch.requests:
                 r.done.set()  # a caller without an outcome returns canceled
@@ -558,17 +590,7 @@ def _with_failed(outcome: RunOutcome, message: str) -> RunOutcome:
 
 
 __all__ = [
-    "BATCHED_PLAYBOOKS",
-    "BATCH_SIZE",
-    "BATCH_WINDOW",
-    "DONE_FACT",
-    "HOSTS_VAR",
-    "BatchingExecutor",
-    "ends_host",
-    "event_host",
-    "host_name",
-    "host_outcome",
-    "host_stats",
-    "rotate_batches",
-    "finish_host_artifacts",
-]
+    "BATCHED_PLAYBOOKS", "BATCH_OPTIONS", "BATCH_SIZE", "BATCH_WINDOW", "DONE_FACT", "HOSTS_VAR",
+    "BatchingExecutor", "ends_host", "event_host", "host_name", "host_outcome", "host_stats",
+    "rotate_batches", "finish_host_artifacts",
+]  # fmt: skip

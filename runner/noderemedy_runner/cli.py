@@ -198,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
                 max_concurrent_runs=args.max_concurrent_runs,
                 batch_window=args.batch_window,
                 batch_size=args.batch_size,
+                idle_start=args.idle_start,
                 run_deadline=args.run_deadline,
                 run_nice=args.run_nice,
                 dry_run=args.dry_run,

@@ -57,7 +57,7 @@ from typing import Any, cast
 
 from kubernetes import client
 
-from noderemedy_runner.batches import BATCHED_PLAYBOOKS, BatchingExecutor, _Batch, _Request
+from noderemedy_runner.batches import BATCH_OPTIONS, BATCHED_PLAYBOOKS, BatchingExecutor, _Batch, _Request
 from noderemedy_runner.executor import RunRequest, Slots
 from noderemedy_runner.job_manifests import (
     JOB_ENV,
@@ -183,7 +183,8 @@ class JobBatchingExecutor(BatchingExecutor):
         api_client: the runner's ApiClient.
         namespace: where the Jobs (and the batches' ConfigMaps) are.
         pod: the runner pod's own object (image, ServiceAccount, placement of the Jobs).
-        *args, **kwargs: :class:`BatchingExecutor`'s (``batch_window``, ``batch_size``, and
+        *args, **kwargs: :class:`BatchingExecutor`'s (``batch_window``, ``batch_size``,
+            ``idle_start``, ``busy_resources``, and
             :class:`~noderemedy_runner.executor.Executor`'s).
     """
 
@@ -192,7 +193,7 @@ class JobBatchingExecutor(BatchingExecutor):
     ) -> None:
         self._single: JobExecutor | None = None
         super().__init__(*args, **kwargs)
-        own = {k: v for k, v in kwargs.items() if k not in ("batch_window", "batch_size")}
+        own = {k: v for k, v in kwargs.items() if k not in BATCH_OPTIONS}
         self._single = JobExecutor(api_client, *args, namespace=namespace, pod=pod, **own)
         self._single.slots = self.slots
         self.namespace = namespace

@@ -51,8 +51,9 @@ pytestmark = [pytest.mark.lab, pytest.mark.kube]
 
 NF = ("remediation.noderemedy.io", "v1alpha1", "nodefences")
 NODES = (DEAD, OTHER, SPARE)
-#: a window wide enough that the three NodeFences' runs, asked for within it, share one run
-WINDOW = ["--batch-window", "1"]
+#: a window wide enough that the three NodeFences' runs, asked for within it, share one run; and
+#: no idle start, which would start the first of them at once, on its own
+WINDOW = ["--batch-window", "1", "--no-idle-start"]
 _BATCH = re.compile(r"^batch (\S+): (\S+) for (\d+) hosts")
 _CANCELED = re.compile(r"^run (\S+): canceled in ")
 
@@ -388,7 +389,7 @@ def test_a_bmc_of_the_batch_that_lies_never_gets_the_taint_and_the_others_are_re
     lab_kube.bmc_mode(SPARE, "lies")
     # a batch starts once its 3 hosts are in (full), or 5 s after its first: the three power-offs
     # share one even when their isolation runs end more than WINDOW apart (seen: 1.7 s under load)
-    r = runner("--batch-window", "5", "--batch-size", str(len(hung_nodes)))
+    r = runner("--batch-window", "5", "--no-idle-start", "--batch-size", str(len(hung_nodes)))
     try:
         names = create_all(co, "lies", hung_nodes)
         good = [n for n in hung_nodes if n != SPARE]

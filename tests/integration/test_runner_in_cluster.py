@@ -316,8 +316,9 @@ def test_the_runner_pods_fence_a_failed_real_node_before_its_pod_runs_elsewhere(
 #: The runner's args for the module's last tests: every run as a Job, and a batch window wide enough
 #: that two NodeFences created together still ask for their first runs within it when the lab is
 #: loaded: the default 0.25 s can be less than the leader pod's two status writes take apart on a
-#: 2-core machine running three labs, and then each goes alone and no Job of both may ever run.
-JOB_EXECUTOR_ARGS = ("--executor=job", "--batch-window=3")
+#: 2-core machine running three labs, and then each goes alone and no Job of both may ever run. No
+#: idle start either: it would start the first NodeFence's first run at once, on its own.
+JOB_EXECUTOR_ARGS = ("--executor=job", "--batch-window=3", "--no-idle-start")
 
 
 def use_job_executor(lab: Any) -> bool:

@@ -468,7 +468,7 @@ def test_with_the_job_executor_a_batch_job_left_by_a_killed_runner_is_adopted_by
     co = client.CustomObjectsApi(api)
     batch = client.BatchV1Api(api)
     tag = uuid.uuid4().hex[:4]
-    a = job_replicas()
+    a = job_replicas("--no-idle-start")  # the first run would start at once, on its own
     wait_for(lambda: _acting(a), 60, "the runner to act")
     uids = {}
     for node in two_hung:
@@ -485,7 +485,7 @@ def test_with_the_job_executor_a_batch_job_left_by_a_killed_runner_is_adopted_by
         "a batch's Job running",
     )
     a.kill9()
-    b = job_replicas()
+    b = job_replicas("--no-idle-start")
     for name in uids:
         wait_for(
             lambda name=name: (get_nf(co, name).get("status") or {}).get("status") == "Final",

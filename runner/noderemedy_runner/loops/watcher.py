@@ -76,6 +76,9 @@ class Watcher:
             hosts (:class:`~noderemedy_runner.batches.BatchingExecutor`, in-process runs only);
             0: every run on its own.
         batch_size: most hosts in one batch run (its Ansible forks).
+        idle_start: a run that finds its playbook idle, its resource the only one being
+            reconciled (:meth:`reconciling`), starts at once, without the window
+            (:meth:`~noderemedy_runner.batches.BatchingExecutor.idle`).
         run_deadline: seconds a run may take before it is killed.
         run_nice: niceness added to each playbook run (see
             :func:`~noderemedy_runner.executor.run_niced`; 0: none).
@@ -113,6 +116,7 @@ class Watcher:
         max_concurrent_runs: int = 4,
         batch_window: float = 0.0,
         batch_size: int = BATCH_SIZE,
+        idle_start: bool = True,
         run_deadline: float = 300,
         run_nice: int = RUN_NICE,
         dry_run: bool = False,
@@ -135,6 +139,9 @@ class Watcher:
     ) -> None:
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        #: custom resources whose worker is reconciling now (:meth:`reconciling`)
+        self._reconciling = 0
+        self._reconciling_lock = threading.Lock()
         found_playbooks, found_collections = playbook_root(playbook_dir, self.data_dir)
         collections_path = collections_path or found_collections
         self.observer: Observer = observer or NullObserver()
@@ -154,6 +161,8 @@ class Watcher:
                 found_playbooks,
                 batch_window=batch_window,
                 batch_size=batch_size,
+                idle_start=idle_start,
+                busy_resources=self.reconciling,
                 **run_options,
             )
             if batch_window > 0
@@ -172,6 +181,8 @@ class Watcher:
                     pod=job_pod,
                     batch_window=batch_window,
                     batch_size=batch_size,
+                    idle_start=idle_start,
+                    busy_resources=self.reconciling,
                     **run_options,
                 )
                 if batch_window > 0
@@ -279,13 +290,26 @@ class Watcher:
         each key's requested delay."""
         return {key: self.reconcile_key(key) for key in sorted(self.list_keys())}
 
+    def reconciling(self) -> int:
+        """How many custom resources (NodeFences, Metal3Remediations) are being reconciled now:
+        their workers' threads in flight, a run they wait for included. The batching executors
+        start a run at once only when its own resource is the only one (one failed node)."""
+        with self._reconciling_lock:
+            return self._reconciling
+
     def _start(self, key: Key, worker: _Worker) -> None:
         def body() -> None:
-            delay = self.reconcile_key(key, worker.cancel)
+            try:
+                delay = self.reconcile_key(key, worker.cancel)
+            finally:
+                with self._reconciling_lock:
+                    self._reconciling -= 1
             # nothing to do: only a change of the object (resourceVersion) or the idle period wakes it
             wait = self.idle_requeue if delay is None else min(delay, self.max_requeue)
             worker.due = time.monotonic() + max(wait, 0.05)
 
+        with self._reconciling_lock:
+            self._reconciling += 1
         worker.thread = threading.Thread(target=body, name=f"reconcile-{key[0]}-{key[2]}", daemon=True)
         worker.thread.start()
 

@@ -202,7 +202,9 @@ def run_all(ex: Executor, jobs: dict[str, Action]) -> tuple[dict[str, RunOutcome
 def test_one_run_serves_many_callers_and_a_failed_host_fails_only_its_own(
     tmp_path: Path, playbooks: Path
 ) -> None:
-    ex = BatchingExecutor(tmp_path / "runs", playbooks, batch_window=2.0, batch_size=3, run_deadline=60)
+    ex = BatchingExecutor(
+        tmp_path / "runs", playbooks, batch_window=2.0, batch_size=3, run_deadline=60, idle_start=False
+    )
     out, _ = run_all(
         ex,
         {
@@ -224,7 +226,9 @@ def test_a_slow_host_does_not_hold_back_the_others(tmp_path: Path, playbooks: Pa
     """Host b waits for a file the test creates only once host a's caller has its outcome: the
     batch could not end otherwise (no timing involved)."""
     hold = tmp_path / "device-b-answers"
-    ex = BatchingExecutor(tmp_path / "runs", playbooks, batch_window=2.0, batch_size=2, run_deadline=60)
+    ex = BatchingExecutor(
+        tmp_path / "runs", playbooks, batch_window=2.0, batch_size=2, run_deadline=60, idle_start=False
+    )
     results: dict[str, RunOutcome] = {}
 
     def run_b() -> None:
@@ -240,7 +244,9 @@ def test_a_slow_host_does_not_hold_back_the_others(tmp_path: Path, playbooks: Pa
 
 
 def test_finished_hosts_are_recovered_and_interrupted_ones_replayed(tmp_path: Path, playbooks: Path) -> None:
-    ex = BatchingExecutor(tmp_path / "runs", playbooks, batch_window=2.0, batch_size=2, run_deadline=60)
+    ex = BatchingExecutor(
+        tmp_path / "runs", playbooks, batch_window=2.0, batch_size=2, run_deadline=60, idle_start=False
+    )
     first, _ = run_all(ex, {"nf-a": step("nf-a-r0", "a"), "nf-b": step("nf-b-r0", "b")})
     # b's run died with the runner: its artifacts have no status
     (tmp_path / "runs" / "nodefence" / "_cluster_nf-b" / "artifacts" / "nf-b-r0" / "status").unlink()
@@ -255,7 +261,9 @@ def test_a_canceled_caller_returns_canceled_and_a_finished_one_keeps_its_result(
     tmp_path: Path, playbooks: Path
 ) -> None:
     hold = tmp_path / "never"
-    ex = BatchingExecutor(tmp_path / "runs", playbooks, batch_window=2.0, batch_size=2, run_deadline=60)
+    ex = BatchingExecutor(
+        tmp_path / "runs", playbooks, batch_window=2.0, batch_size=2, run_deadline=60, idle_start=False
+    )
     cancel = threading.Event()
     results: dict[str, RunOutcome] = {}
 
@@ -304,6 +312,46 @@ def wait_until(cond: Callable[[], bool], timeout: float, what: str) -> None:
     while not cond():
         assert time.monotonic() < deadline, what
         time.sleep(0.02)
+
+
+def test_a_run_that_finds_its_playbook_idle_starts_at_once_and_the_runs_asked_meanwhile_gather(
+    tmp_path: Path, playbooks: Path
+) -> None:
+    """With a window of 600 s, a gathering batch of 1 could start only when full (2 hosts): the
+    first run's batch starting on its own shows it did not gather. The two runs asked while it
+    runs find the playbook busy and gather into one batch, which starts full."""
+    hold = tmp_path / "device-a-answers"
+    ex = BatchingExecutor(tmp_path / "runs", playbooks, batch_window=600.0, batch_size=2, run_deadline=60)
+    results: dict[str, RunOutcome] = {}
+
+    def run(h: str, **extravars: object) -> threading.Thread:
+        t = threading.Thread(
+            target=lambda: results.setdefault(
+                h, ex.run(step(f"nf-{h}-r0", h, **extravars), kind="NodeFence", name=f"nf-{h}")
+            )
+        )
+        t.start()
+        return t
+
+    threads = [run("a", hold=str(hold))]
+    wait_until(lambda: ex.batches_started == 1, 60, "the first run's batch started on its own")
+    assert not ex.idle("fence_step.yml", time.monotonic())  # a batch of it is running
+    threads += [run("b"), run("c")]
+    wait_until(lambda: len(results) == 2, 60, "b and c served by a batch of their own")
+    assert "a" not in results and results["b"].succeeded and results["c"].succeeded
+    hold.write_text("on")
+    for t in threads:
+        t.join(60)
+    assert results["a"].succeeded and (ex.batches_started, ex.hosts_served) == (2, 3)
+    # a batch ended less than a window ago: the next run gathers; a window later it would not
+    wait_until(lambda: ex.idle("fence_step.yml", time.monotonic() + 600.0), 60, "both batches over")
+    now = time.monotonic()
+    assert not ex.idle("fence_step.yml", now)
+    assert ex.idle("out_of_service_taint.yml", now)  # per playbook
+    ex.busy_resources = lambda: 2  # another NodeFence is at work: its runs gather with this one
+    assert not ex.idle("out_of_service_taint.yml", now)
+    ex.busy_resources, ex.idle_start = (lambda: 1), False
+    assert not ex.idle("out_of_service_taint.yml", now)
 
 
 def test_a_batch_waiting_for_a_slot_takes_the_runs_asked_for_meanwhile(
@@ -386,7 +434,9 @@ def test_runs_on_two_pdus_go_in_a_batch_per_pdu_each_with_its_plugs_for_one_call
 ) -> None:
     """Batches form per shared device (shared_devices.shared_key): two PDUs, two batches, each
     given its hosts' plugs as the extra variable noderemedy_shared_device."""
-    ex = BatchingExecutor(tmp_path / "runs", playbooks, batch_window=2.0, batch_size=4, run_deadline=60)
+    ex = BatchingExecutor(
+        tmp_path / "runs", playbooks, batch_window=2.0, batch_size=4, run_deadline=60, idle_start=False
+    )
     out, _ = run_all(
         ex,
         {

@@ -39,6 +39,8 @@ class _Scheduling(Watcher):
         self.deleting: set[Key] = set()
         self.gate = threading.Event()
         self.calls: list[tuple[Key, bool]] = []
+        self._reconciling = 0
+        self._reconciling_lock = threading.Lock()
 
     def _list(self) -> tuple[dict[Key, tuple[str, str]], set[Key]]:
         return dict(self.listing), set(self.deleting)
@@ -118,3 +120,19 @@ def test_a_gone_nodefence_is_canceled_and_forgotten() -> None:
     w.poll()
     assert worker.cancel.is_set() and NF not in w._workers
     assert w.nodefences.names == [("lab-real-0",)]
+
+
+def test_the_reconciles_in_flight_are_counted_for_the_batches_idle_start() -> None:
+    """:meth:`Watcher.reconciling` (the batching executors start a run at once only when its own
+    resource is the only one): each worker counts from its start until its reconcile returns."""
+    w = _Scheduling()
+    other: Key = ("NodeFence", "", "lab-real-1")
+    w.listing = {NF: ("10", "uid-a")}
+    w.poll()
+    assert w.reconciling() == 1
+    w.listing = {NF: ("10", "uid-a"), other: ("11", "uid-b")}
+    w.poll()
+    assert w.reconciling() == 2
+    w.gate.set()
+    w.settle()
+    assert w.reconciling() == 0
