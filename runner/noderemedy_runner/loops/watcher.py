@@ -139,9 +139,6 @@ class Watcher:
     ) -> None:
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        #: custom resources whose worker is reconciling now (:meth:`reconciling`)
-        self._reconciling = 0
-        self._reconciling_lock = threading.Lock()
         found_playbooks, found_collections = playbook_root(playbook_dir, self.data_dir)
         collections_path = collections_path or found_collections
         self.observer: Observer = observer or NullObserver()
@@ -293,23 +290,17 @@ class Watcher:
     def reconciling(self) -> int:
         """How many custom resources (NodeFences, Metal3Remediations) are being reconciled now:
         their workers' threads in flight, a run they wait for included. The batching executors
-        start a run at once only when its own resource is the only one (one failed node)."""
-        with self._reconciling_lock:
-            return self._reconciling
+        start a run at once only when its own resource is the only one (one failed node). Read
+        from another thread than :meth:`poll`'s: ``list`` copies the workers in one step."""
+        return sum(1 for w in list(self._workers.values()) if w.thread is not None and w.thread.is_alive())
 
     def _start(self, key: Key, worker: _Worker) -> None:
         def body() -> None:
-            try:
-                delay = self.reconcile_key(key, worker.cancel)
-            finally:
-                with self._reconciling_lock:
-                    self._reconciling -= 1
+            delay = self.reconcile_key(key, worker.cancel)
             # nothing to do: only a change of the object (resourceVersion) or the idle period wakes it
             wait = self.idle_requeue if delay is None else min(delay, self.max_requeue)
             worker.due = time.monotonic() + max(wait, 0.05)
 
-        with self._reconciling_lock:
-            self._reconciling += 1
         worker.thread = threading.Thread(target=body, name=f"reconcile-{key[0]}-{key[2]}", daemon=True)
         worker.thread.start()
 

@@ -39,8 +39,6 @@ class _Scheduling(Watcher):
         self.deleting: set[Key] = set()
         self.gate = threading.Event()
         self.calls: list[tuple[Key, bool]] = []
-        self._reconciling = 0
-        self._reconciling_lock = threading.Lock()
 
     def _list(self) -> tuple[dict[Key, tuple[str, str]], set[Key]]:
         return dict(self.listing), set(self.deleting)
