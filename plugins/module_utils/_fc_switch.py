@@ -113,27 +113,46 @@ class FcSwitchDriver(FenceDriver):
         Raises NotFoundError for a port that does not exist.
         """
         admin, oper = self._oids()
-        tables: list[list[tuple[str, Any]]] | None = None
+        tables: dict[str, list[tuple[str, Any]]] = {}
+
+        def table(oid: str) -> list[tuple[str, Any]]:
+            if oid not in tables:
+                tables[oid] = self.client.walk(oid)
+            return tables[oid]
+
         for plug in self.plugs:
             if plug in self.index:
                 continue
             if plug.isdigit():
                 self.index[plug] = plug
                 continue
-            if tables is None:
-                tables = [self.client.walk(IF_DESCR), self.client.walk(IF_NAME)]
-            found = [oid.rsplit(".", 1)[1] for table in tables for oid, value in table if str(value) == plug]
+            # ifDescr first; ifName is walked only for a name ifDescr does not have
+            found = [oid.rsplit(".", 1)[1] for oid, value in table(IF_DESCR) if str(value) == plug]
+            found = found or [oid.rsplit(".", 1)[1] for oid, value in table(IF_NAME) if str(value) == plug]
             if not found:
                 raise NotFoundError(
                     f"plug: no port with ifDescr or ifName {plug!r} on this switch", self.target
                 )
             self.index[plug] = found[0]
-        for plug in self.plugs:
-            try:
-                self.client.get(f"{admin}.{self.index[plug]}")
-            except NotFoundError:
-                raise NotFoundError(f"plug: port {plug} does not exist on this switch", self.target) from None
-            if self.verify_oper_status:
+        # every port's admin status in one GET, and their oper status in another; a port the
+        # agent has no instance for fails the whole GET, and is then found port by port
+        try:
+            self.client.get(*(f"{admin}.{self.index[plug]}" for plug in self.plugs))
+        except NotFoundError:
+            for plug in self.plugs:
+                try:
+                    self.client.get(f"{admin}.{self.index[plug]}")
+                except NotFoundError:
+                    raise NotFoundError(
+                        f"plug: port {plug} does not exist on this switch", self.target
+                    ) from None
+        if not self.verify_oper_status:
+            return
+        try:
+            self.client.get(*(f"{oper}.{self.index[plug]}" for plug in self.plugs))
+            self.oper.update(dict.fromkeys(self.plugs, True))
+        except NotFoundError:
+            for plug in self.plugs:
                 try:
                     self.client.get(f"{oper}.{self.index[plug]}")
                     self.oper[plug] = True

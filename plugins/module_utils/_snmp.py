@@ -187,6 +187,11 @@ _POOL = _EnginePool()
 atexit.register(_POOL.close_all)
 
 
+#: Rows a GETBULK request of :meth:`SnmpClient.walk` asks for (``max-repetitions``): 25 rows of
+#: ifDescr or ifName fit in one UDP datagram of the common 1,472-byte maximum.
+BULK_REPETITIONS = 25
+
+
 class SnmpClient:
     """One SNMP peer; synchronous ``get``/``set``/``walk`` on a pooled engine (:class:`_EnginePool`).
 
@@ -401,23 +406,30 @@ class SnmpClient:
         return var_binds
 
     def walk(self, oid: str, max_rows: int = 10000) -> list[tuple[str, int | str]]:
-        """GETNEXT-walk the subtree under ``oid``: [(oid without leading dot, value), ...]."""
+        """Walk the subtree under ``oid``: [(oid without leading dot, value), ...], in OID order.
+
+        v2c and v3 walk with GETBULK (RFC 3416 section 4.2.3), :data:`BULK_REPETITIONS` rows a
+        request, where GETNEXT costs a request a row: a 1,000-port switch's ifDescr is 40
+        requests instead of 1,000. v1 has no GETBULK and walks with GETNEXT."""
         norm = normalize_oid(oid)
         prefix = norm + "."
+
+        def command() -> Any:
+            start = hlapi.ObjectType(hlapi.ObjectIdentity(norm))
+            options = {"lexicographicMode": False, "lookupMib": False, "maxRows": max_rows}
+            if self.version == "1":
+                return hlapi.walk_cmd(
+                    self._engine, self._auth, self._transport, hlapi.ContextData(), start, **options
+                )
+            return hlapi.bulk_walk_cmd(
+                self._engine, self._auth, self._transport, hlapi.ContextData(), 0, BULK_REPETITIONS, start,
+                **options,
+            )  # fmt: skip
 
         async def go() -> list[tuple[str, int | str]]:
             await self._ensure()
             rows: list[tuple[str, int | str]] = []
-            async for ind, status, index, var_binds in hlapi.walk_cmd(
-                self._engine,
-                self._auth,
-                self._transport,
-                hlapi.ContextData(),
-                hlapi.ObjectType(hlapi.ObjectIdentity(norm)),
-                lexicographicMode=False,
-                lookupMib=False,
-                maxRows=max_rows,
-            ):
+            async for ind, status, index, var_binds in command():
                 if status and status.prettyPrint() in _STATUS_NOT_FOUND:
                     break  # v1 end of MIB
                 self._check(f"WALK {norm}", ind, status, index, var_binds)

@@ -22,6 +22,9 @@ description:
     The task fails only when O(nodes) itself is invalid.
   - Storage-only fences (evidence of method V(fc)) are refused here; M(noderemedy.core.node_taint)
     with its O(noderemedy.core.node_taint#module:fenced_storage) releases the pods on fenced storage.
+  - "With O(state=absent) the O(taints) are removed from every node instead, as
+    M(noderemedy.core.node_taint) with O(ignore:state=absent) does for one: the end of the release
+    once the nodes are back. Removing needs no evidence."
 author:
   - noderemedy developers (@noderemedy)
 extends_documentation_fragment:
@@ -52,8 +55,9 @@ options:
         description:
           - The C(fence) result of the fencing module that verified this node's fence, naming this
             node's own plug, port or BMC.
+          - Needed to add the out-of-service taint (a node without it is refused, V(invalid));
+            not used with O(state=absent).
         type: dict
-        required: true
       fence_max_age:
         description:
           - Seconds this node's O(nodes[].fence_evidence) may be old.
@@ -82,9 +86,15 @@ options:
           - The taint's effect.
         type: str
         choices: [ NoSchedule, PreferNoSchedule, NoExecute ]
+  state:
+    description:
+      - V(present) adds the O(taints) to every node, each on its own guard; V(absent) removes them.
+    type: str
+    choices: [ present, absent ]
+    default: present
   force_delete_pods:
     description:
-      - After the out-of-service taint, force-delete each released node's pods that do not tolerate
+      - With O(state=present), after the out-of-service taint, force-delete each released node's pods that do not tolerate
         it, as M(noderemedy.core.node_taint)'s O(noderemedy.core.node_taint#module:force_delete_pods).
     type: bool
     default: false
@@ -120,6 +130,18 @@ EXAMPLES = r"""
         effect: NoExecute
     force_delete_pods: true
   register: release
+
+- name: Remove the taint from the rack's nodes once they are back
+  noderemedy.core.node_release:
+    nodes:
+      - name: worker-3
+      - name: worker-4
+      - name: worker-7
+    taints:
+      - key: node.kubernetes.io/out-of-service
+        value: nodeshutdown
+        effect: NoExecute
+    state: absent
 """
 
 RETURN = r"""
@@ -136,7 +158,7 @@ nodes:
             effect: NoExecute}], deleted_pods: [db/db-0]}, {node: worker-4, failed: true, reason: conflict,
             msg: "node worker-4 is Ready"}]
 released:
-  description: The nodes whose release was done.
+  description: The nodes whose change was done (with O(state=absent), whose taints are gone).
   returned: always
   type: list
   elements: str

@@ -63,7 +63,7 @@ from noderemedy_runner.run_processes import (
     write_settings,
 )
 from noderemedy_runner.shared_devices import SHARED_VAR, shared_device, shared_key
-from noderemedy_runner.shared_results import DONE_FACT, served_events
+from noderemedy_runner.shared_results import DONE_FACT, SHARED_PLAYBOOK, served_events
 
 log = logging.getLogger(__name__)
 #: the per-run lines (``run <ident>: ...``) go where a run of its own logs them
@@ -496,8 +496,10 @@ class BatchingExecutor(Executor):
 
         node_hosts = {str(r.extravars.get("node")): r.host for r in live}
 
+        shares = batch.playbook == SHARED_PLAYBOOK
+
         def on_event(ev: dict[str, Any]) -> bool:
-            split = served_events(ev, node_hosts)  # the shared call's tasks, run once for many hosts
+            split = served_events(ev, node_hosts) if shares else None  # a shared call's tasks
             for host, own in split if split is not None else [(event_host(ev), ev)]:
                 on_host_event(host, own)
             return True

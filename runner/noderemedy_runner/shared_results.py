@@ -24,6 +24,11 @@ from typing import Any
 
 from noderemedy_runner.outcomes import EVIDENCE_FACT, READING_FACT, SHARED_RELEASE_MODULE
 
+#: The playbook whose play-wide tasks :func:`served_events` splits into each host's own events. The
+#: run-once task of another batched playbook (``out_of_service_taint.yml``'s one taint removal
+#: call) stays an event of the play's first host: each host then checks its own node's entry in a
+#: task of its own, whose result is the host's.
+SHARED_PLAYBOOK = "fence_step.yml"
 #: The fact the batched playbooks' last task sets: the host went through the whole play.
 DONE_FACT = "noderemedy_host_done"
 #: The fact fence_step.yml's first play sets once for the hosts its shared call served (filter
@@ -108,4 +113,4 @@ def served_events(
     return out
 
 
-__all__ = ["DONE_FACT", "SERVED_FACT", "done_event", "served_events"]
+__all__ = ["DONE_FACT", "SERVED_FACT", "SHARED_PLAYBOOK", "done_event", "served_events"]

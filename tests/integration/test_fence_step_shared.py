@@ -47,6 +47,46 @@ def fc_method(lab: Any, plug: str, state: str) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def batch_env(lab: Any, collections: Path, **extra: str) -> dict[str, str]:
+    """The environment of an ``ansible-playbook`` run as the runner's batches make it, local
+    connection and the lab's kubeconfig, its results printed by the tests' ``nr_json`` callback;
+    ``extra`` added."""
+    bindir = Path(sys.executable).parent
+    return dict(
+        os.environ,
+        ANSIBLE_COLLECTIONS_PATH=str(collections),
+        ANSIBLE_STDOUT_CALLBACK="nr_json",
+        ANSIBLE_CALLBACK_PLUGINS=str(ROOT / "tests" / "callback_plugins"),
+        ANSIBLE_PYTHON_INTERPRETER=sys.executable,
+        ANSIBLE_CONNECTION="local",
+        ANSIBLE_NOCOLOR="1",
+        K8S_AUTH_KUBECONFIG=str(lab.kubeconfig),
+        PATH=f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}",
+        **extra,
+    )
+
+
+def play_batch(
+    playbook: Path, inventory: Path, extravars: dict[str, Any], env: dict[str, str]
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """``ansible-playbook`` of ``playbook`` on ``inventory``: the process and its ``nr_json``
+    document; fails the test when it printed none."""
+    bindir = Path(sys.executable).parent
+    argv = [
+        str(bindir / "ansible-playbook"),
+        "-i",
+        str(inventory),
+        "-e",
+        json.dumps(extravars),
+        str(playbook),
+    ]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300, check=False)
+    try:
+        return proc, json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        pytest.fail(f"ansible-playbook printed no JSON (rc {proc.returncode}):\n{proc.stderr[-3000:]}")
+
+
 def run_step(
     lab: Any,
     ns: FenceNamespace,
@@ -80,33 +120,9 @@ def run_step(
         "hosts": on_device,
         "plugs": [plugs[h] for h in on_device],
     }
-    bindir = Path(sys.executable).parent
-    env = dict(
-        os.environ,
-        ANSIBLE_COLLECTIONS_PATH=str(collections),
-        ANSIBLE_STDOUT_CALLBACK="nr_json",
-        ANSIBLE_CALLBACK_PLUGINS=str(ROOT / "tests" / "callback_plugins"),
-        ANSIBLE_PYTHON_INTERPRETER=sys.executable,
-        ANSIBLE_CONNECTION="local",
-        ANSIBLE_NOCOLOR="1",
-        K8S_AUTH_KUBECONFIG=str(lab.kubeconfig),
-        SNMP_PERSISTENT_DIR=lab.info["devices"]["snmp_persistent_dir"],
-        PATH=f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}",
-    )
+    env = batch_env(lab, collections, SNMP_PERSISTENT_DIR=lab.info["devices"]["snmp_persistent_dir"])
     extravars = {"noderemedy_hosts": "all", "noderemedy_shared_device": shared}
-    argv = [
-        str(bindir / "ansible-playbook"),
-        "-i",
-        str(inventory),
-        "-e",
-        json.dumps(extravars),
-        str(PLAYBOOK),
-    ]
-    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300, check=False)
-    try:
-        doc = json.loads(proc.stdout)
-    except json.JSONDecodeError:
-        pytest.fail(f"ansible-playbook printed no JSON (rc {proc.returncode}):\n{proc.stderr[-3000:]}")
+    proc, doc = play_batch(PLAYBOOK, inventory, extravars, env)
     (tmp_path / f"run-{state}.json").write_text(proc.stdout)
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for play in doc["plays"]:

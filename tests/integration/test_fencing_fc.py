@@ -146,6 +146,25 @@ def test_ifmib_several_ports_by_ifindex(lab, fc, run_playbook) -> None:
     assert_quartet(res, ["1\n1", "2\n2", "2\n2"])
 
 
+@pytest.mark.parametrize("version", ["2c", "1"])
+def test_ifmib_several_ports_by_name_walked_with_getbulk_or_on_v1_getnext(
+    lab, fc, run_playbook, version
+) -> None:
+    """Names are found by walking ifDescr: GETBULK on v2c, GETNEXT on v1 (no GETBULK there); each
+    port's own index, set and read back in the one call (the fixture enables them again)."""
+    probe = probe_task(lab, fc, f"{IF_ADMIN}.7", f"{IF_ADMIN}.8")
+    res = run_playbook(
+        quartet_tasks(MODULE, args(fc, ["fc1/8", "fc1/7"], "disabled", snmp_version=version), probe)
+    )
+    assert_quartet(res, ["1\n1", "2\n2", "2\n2"])
+    ports = res.task("apply1")["ports"]
+    assert [(p["plug"], p["index"], p["state"]) for p in ports] == [
+        ("fc1/8", "8", "disabled"),
+        ("fc1/7", "7", "disabled"),
+    ]
+    assert res.task("apply1")["fence"]["verified"] is True
+
+
 def test_cisco_mds_profile_on_snmpd(lab, fc, run_playbook) -> None:
     probe = probe_task(lab, fc, f"{FC_ADMIN}.3")  # fc1/4 -> .22.3
     res = run_playbook(quartet_tasks(MODULE, args(fc, ["fc1/4"], "disabled", profile="cisco_mds"), probe))
