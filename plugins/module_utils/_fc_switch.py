@@ -134,30 +134,30 @@ class FcSwitchDriver(FenceDriver):
                     f"plug: no port with ifDescr or ifName {plug!r} on this switch", self.target
                 )
             self.index[plug] = found[0]
-        # every port's admin status in one GET, and their oper status in another; a port the
-        # agent has no instance for fails the whole GET, and is then found port by port
+        present = self._instances(admin)
+        missing = [plug for plug in self.plugs if not present[plug]]
+        if missing:
+            raise NotFoundError(f"plug: port {missing[0]} does not exist on this switch", self.target)
+        if self.verify_oper_status:
+            # a port whose oper status is not reported is verified by its admin status
+            self.oper.update(self._instances(oper))
+
+    def _instances(self, column: str) -> dict[str, bool]:
+        """Whether the agent has ``column``'s instance for each port: one GET of them all, and
+        port by port only when that GET names one it has not."""
         try:
-            self.client.get(*(f"{admin}.{self.index[plug]}" for plug in self.plugs))
+            self.client.get(*(f"{column}.{self.index[plug]}" for plug in self.plugs))
+            return dict.fromkeys(self.plugs, True)
         except NotFoundError:
-            for plug in self.plugs:
-                try:
-                    self.client.get(f"{admin}.{self.index[plug]}")
-                except NotFoundError:
-                    raise NotFoundError(
-                        f"plug: port {plug} does not exist on this switch", self.target
-                    ) from None
-        if not self.verify_oper_status:
-            return
-        try:
-            self.client.get(*(f"{oper}.{self.index[plug]}" for plug in self.plugs))
-            self.oper.update(dict.fromkeys(self.plugs, True))
-        except NotFoundError:
-            for plug in self.plugs:
-                try:
-                    self.client.get(f"{oper}.{self.index[plug]}")
-                    self.oper[plug] = True
-                except NotFoundError:
-                    self.oper[plug] = False  # not reported: verify by the admin status
+            pass
+        found: dict[str, bool] = {}
+        for plug in self.plugs:
+            try:
+                self.client.get(f"{column}.{self.index[plug]}")
+                found[plug] = True
+            except NotFoundError:
+                found[plug] = False
+        return found
 
     def _state(self, plug: str, admin: Any, oper: Any | None) -> str:
         if admin not in (1, 2, 3):

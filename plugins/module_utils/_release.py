@@ -54,9 +54,10 @@ def release_one(
 ) -> dict[str, Any]:
     """One node of :func:`run_release`: ``node_taint``'s result for ``entry``
     (``{"name", "fence_evidence", "fence_max_age"}``) with the call's ``taints``, ``state`` and
-    ``force_delete_pods`` (with ``state`` ``present`` only), or ``{"node", "failed": True, "reason", "msg"}`` when it was refused or
-    failed (a :class:`._kube.KubeError`: ``invalid`` evidence, ``conflict`` for a Ready node, API
-    errors). The ``diff`` is left out."""
+    ``force_delete_pods`` (with ``state`` ``present`` only), or
+    ``{"node", "failed": True, "reason", "msg"}`` when it was refused or failed (a
+    :class:`._kube.KubeError`: ``invalid`` evidence, ``conflict`` for a Ready node, API errors).
+    The ``diff`` is left out."""
     state = params.get("state") or "present"
     one = {
         "name": entry["name"],
