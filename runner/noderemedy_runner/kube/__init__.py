@@ -12,6 +12,7 @@ Every API call of the runner goes through here (the collection's modules have th
                 ``AWSRetry`` shape), honouring ``Retry-After``
 ``events``      one core/v1 Event recorder (medik8s ``[remediation]`` messages)
 ``informer``    one list-then-watch loop (raw JSON), relisting after errors and 410 Gone
+``configmaps``  one namespace's ConfigMaps kept by a watch (the fence configurations)
 ``resources``   typed access for the reconcilers: custom resources, Nodes, ConfigMaps,
                 status writes with resourceVersion conflicts
 ``leases``      leader election and the per-node remediation Leases

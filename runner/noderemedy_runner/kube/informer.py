@@ -36,7 +36,9 @@ class Informer:
     """List then watch ``list_call`` (a ``list_*`` method of an API from
     :func:`noderemedy_runner.kube.client.api`, its positional arguments bound) until ``stop``.
 
-    ``synced`` is set after the first list; ``errors`` counts relists after failures.
+    ``synced`` is set after the first list; ``errors`` counts relists after failures, and
+    ``on_error`` (if given) is called at each, before the wait and the relist: a cache built from
+    the events may have missed some until ``on_reset`` is called again.
     """
 
     def __init__(
@@ -47,12 +49,14 @@ class Informer:
         on_event: Callable[[str, dict[str, Any]], None],
         *,
         missing_retry: float = 30.0,
+        on_error: Callable[[], None] | None = None,
     ) -> None:
         self.name = name
         self.list_call = list_call
         self.on_reset = on_reset
         self.on_event = on_event
         self.missing_retry = missing_retry
+        self.on_error = on_error
         self.synced = threading.Event()
         self.errors = 0
 
@@ -79,6 +83,8 @@ class Informer:
                 stop.wait(self.missing_retry)
             except Exception as exc:  # any failure of the stream: relist
                 self.errors += 1
+                if self.on_error is not None:
+                    self.on_error()
                 log.warning("%s watch: %s; relisting", self.name, classify(exc, f"watch {self.name}"))
                 stop.wait(1.0)
 

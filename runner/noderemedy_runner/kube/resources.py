@@ -24,6 +24,7 @@ from kubernetes import client
 
 from noderemedy_runner.kube import retry
 from noderemedy_runner.kube.client import api
+from noderemedy_runner.kube.configmaps import ConfigMapCache
 from noderemedy_runner.kube.errors import KubeError, NotFound
 from noderemedy_runner.kube.events import EventRecorder
 from noderemedy_runner.times import parse_time
@@ -82,6 +83,9 @@ class KubeIO:
         self.events = events or EventRecorder(api_client)
         self._nodes: tuple[float, tuple[dict[str, Any], ...]] | None = None
         self._nodes_lock = threading.Lock()
+        #: the watched ConfigMaps of one namespace (:meth:`get_configmap_data` reads them there
+        #: first); None: every read goes to the API
+        self.configmaps: ConfigMapCache | None = None
 
     # --- reads -----------------------------------------------------------------------------
     def list_custom(self, crd: CRD, namespace: str | None = None) -> list[dict[str, Any]]:
@@ -136,7 +140,13 @@ class KubeIO:
             return self._nodes[1]
 
     def get_configmap_data(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """``data`` of ConfigMap ``namespace/name`` ({} when empty), or None when it does not exist."""
+        """``data`` of ConfigMap ``namespace/name`` ({} when empty), or None when it does not exist.
+        From :attr:`configmaps` when it watches ``namespace`` and holds the name, else read now."""
+        cache = self.configmaps
+        if cache is not None and cache.namespace == namespace:
+            cached = cache.data(name)
+            if cached is not None:
+                return cached
         try:
             obj = read_json(self.core.read_namespaced_config_map(name, namespace, _preload_content=False))
         except NotFound:

@@ -17,6 +17,7 @@ from kubernetes import client
 from noderemedy_runner.kube.client import api as kapi
 from noderemedy_runner.kube.errors import Conflict, NotFound
 from noderemedy_runner.kube.resources import NODEFENCE, KubeIO, ready_condition
+from noderemedy_runner.loops.memory import out_of_service_tainted
 from noderemedy_runner.machines.actions import Step
 from noderemedy_runner.machines.conditions import parse_time
 from noderemedy_runner.machines.guards import (
@@ -151,9 +152,22 @@ def list_nodefences(api: client.ApiClient) -> list[dict[str, Any]]:
     return _items(resp)
 
 
-def peer_of(obj: Mapping[str, Any], control_plane: frozenset[str], max_restarts: int) -> Peer | None:
+def peer_of(
+    obj: Mapping[str, Any],
+    control_plane: frozenset[str],
+    max_restarts: int,
+    released: frozenset[str] = frozenset(),
+) -> Peer | None:
     """A live NodeFence as a :class:`~noderemedy_runner.machines.guards.Peer`; None when it rests (Final,
-    Error at its restart limit) or its status is unreadable."""
+    Error at its restart limit) or its status is unreadable. ``released``: the nodes that carry the
+    out-of-service taint. A NodeFence whose node is among them is past its power fence (the node
+    is verifiably off and its workloads are gone), so it no longer counts as power-fencing
+    (``Peer.power``) while it powers the node back on: the ``PowerFencingLimit`` guard
+    (:func:`~noderemedy_runner.machines.guards.start_hold`) bounds the nodes being cut off at
+    once, and holding the next nodes' fences while released nodes boot again kept a failure
+    larger than the limit waiting for those power-ons. The set may be up to a Node list's age
+    old (:meth:`~noderemedy_runner.kube.resources.KubeIO.recent_nodes`): a node tainted since
+    counts a little longer, never shorter."""
     meta = obj.get("metadata") or {}
     node = str((obj.get("spec") or {}).get("node", ""))
     try:
@@ -175,7 +189,7 @@ def peer_of(obj: Mapping[str, Any], control_plane: frozenset[str], max_restarts:
         name=str(meta.get("name", "")),
         control_plane=node in control_plane,
         started=run is not None or s.status in ("Running", "Done", "Error"),
-        power=run is not None and run.step == "PowerManagement",
+        power=run is not None and run.step == "PowerManagement" and node not in released,
         waiting_for=waiting,  # type: ignore[arg-type]
     )
 
@@ -198,7 +212,7 @@ def start_holds(
     NodeMaintenance over to the maintenance annotation sets the annotation first, then deletes the
     NodeMaintenance; read in this order, a list that no longer shows the NodeMaintenance is
     followed by a Node read that already shows the annotation, so no instant looks free. The
-    fleet's Ready and control-plane nodes come from a list at most
+    fleet's Ready, control-plane and out-of-service tainted nodes come from a list at most
     :data:`~noderemedy_runner.kube.resources.NODE_LIST_SECONDS` old
     (:meth:`~noderemedy_runner.kube.resources.KubeIO.recent_nodes`, shared by the NodeFences that
     start at once); the other NodeFences (the concurrency limits) are listed now."""
@@ -208,12 +222,13 @@ def start_holds(
     nodes = kube.recent_nodes()
     control_plane = frozenset(str(n["metadata"]["name"]) for n in nodes if is_control_plane(n))
     ready = frozenset(str(n["metadata"]["name"]) for n in nodes if ready_condition(n)[0])
+    released = frozenset(str(n["metadata"]["name"]) for n in nodes if out_of_service_tainted(n))
     meta = obj.get("metadata") or {}
     peers = tuple(
         p
         for o in list_nodefences(api)
         if (o.get("metadata") or {}).get("uid") != meta.get("uid")
-        for p in (peer_of(o, control_plane, max_restarts),)
+        for p in (peer_of(o, control_plane, max_restarts, released),)
         if p is not None
     )
     maintenance: dict[str, str] = {}

@@ -233,10 +233,12 @@ class NodeFenceReconciler(NodeFenceCleanup):
     def _reconcile(self, name: str, cancel: threading.Event | None, max_actions: int) -> float | None:
         cancel = cancel or threading.Event()
         held = self.held(name)
+        written: dict[str, Any] | None = None  # our status write's answer: no GET after it
         for _ in range(max_actions):
             if cancel.is_set():
                 return None
-            obj = self.kube.get_custom(NODEFENCE, name)
+            obj = written if written is not None else self.kube.get_custom(NODEFENCE, name)
+            written = None
             if obj is None:
                 self.forget(name)
                 return None
@@ -360,7 +362,7 @@ class NodeFenceReconciler(NodeFenceCleanup):
             if action.kind == "none":
                 return None
             if action.kind == "write_status":
-                self._write(obj, status, action)  # on a 409 nothing was written: re-read, re-decide
+                written = self._write(obj, status, action)  # None: a 409, re-read, re-decide
                 continue
             if action.kind == "run_remedy":
                 result = (
@@ -393,14 +395,16 @@ class NodeFenceReconciler(NodeFenceCleanup):
         return 1.0
 
     # --- performing ----------------------------------------------------------------------------
-    def _write(self, obj: dict[str, Any], old: NodeFenceStatus, action: Action) -> bool:
+    def _write(self, obj: dict[str, Any], old: NodeFenceStatus, action: Action) -> dict[str, Any] | None:
+        """Write ``action``'s status on ``obj`` (its resourceVersion), then its Events, Lease and
+        observer calls; the object as stored, or None on a 409 (nothing written: read it again)."""
         assert action.status is not None
         name = str(meta_of(obj).get("name"))
         try:
-            self.kube.replace_status(NODEFENCE, obj, action.status)
+            stored = self.kube.replace_status(NODEFENCE, obj, action.status)
         except Conflict:
             log.info("NodeFence %s: status conflict, re-reading", name)
-            return False
+            return None
         new = NodeFenceStatus.from_dict(action.status)
         node = str((obj.get("spec") or {}).get("node", ""))
         if old.start_time is None and new.start_time is not None:
@@ -455,7 +459,7 @@ class NodeFenceReconciler(NodeFenceCleanup):
             self.kube.event(
                 obj, "Warning", "RestartLimitReached", f"{new.restarts} restarts used; staying Error"
             )
-        return True
+        return stored
 
     def _run_fence(
         self,

@@ -32,6 +32,7 @@ from noderemedy_runner.config.selectors import LabelSelector
 from noderemedy_runner.executor import RUN_NICE, Executor
 from noderemedy_runner.job_batches import JobBatchingExecutor
 from noderemedy_runner.jobs import JobExecutor, JobRuns
+from noderemedy_runner.kube.configmaps import ConfigMapCache
 from noderemedy_runner.kube.informer import Informer
 from noderemedy_runner.kube.resources import CRD, METAL3REMEDIATION, NODEFENCE, KubeIO
 from noderemedy_runner.logs import bind
@@ -143,6 +144,9 @@ class Watcher:
         collections_path = collections_path or found_collections
         self.observer: Observer = observer or NullObserver()
         self.kube = KubeIO(api_client)
+        #: the fence configurations, read at every decision of every NodeFence, from a watch
+        #: started by :meth:`run` (until it has listed, and without it, each read is a GET)
+        self.kube.configmaps = ConfigMapCache(api_client, namespace)
         run_options: dict[str, Any] = {
             "collections_path": collections_path,
             "kubeconfig": kubeconfig,
@@ -371,6 +375,10 @@ class Watcher:
         for crd in (NODEFENCE, METAL3REMEDIATION):
             informer = self._informer(crd, wake)
             threading.Thread(target=informer.run, args=(stop,), name=f"watch-{crd[2]}", daemon=True).start()
+        if self.kube.configmaps is not None:
+            threading.Thread(
+                target=self.kube.configmaps.run, args=(stop,), name="watch-configmaps", daemon=True
+            ).start()
         while not stop.is_set():
             try:
                 self.poll()

@@ -27,9 +27,12 @@ NodeFence with ``Processing=False`` and its reason, and it asks again every few 
     fencing, or when another one waiting to start is ahead of it (older, then by name): so when
     three control-plane nodes fail at once, exactly one goes first.
 ``PowerFencingLimit``
-    At most ``max_power_fencing`` nodes in their PowerManagement step at once (default 1; the
-    node remedy seed's "process at most N nodes at a time"), the same first-come order deciding
-    who waits.
+    At most ``max_power_fencing`` nodes being power-fenced at once (the runner's
+    ``--max-power-fencing``; the node remedy seed's "process at most N nodes at a time"), the
+    same first-come order deciding who waits. A node is being power-fenced from the start of its
+    PowerManagement step until its workloads are released (its node carries the out-of-service
+    taint, :attr:`Peer.power`): it is then verifiably off, and powering it back on disrupts
+    nothing, so the next node's fence does not wait for that.
 """
 
 from __future__ import annotations
@@ -74,7 +77,8 @@ class Peer:
     """Another node's NodeFence as the guards see it: ``node``, ``created`` (seconds; its
     creationTimestamp), ``name``, ``control_plane`` (its node is a control-plane node),
     ``started`` (it committed a fencing step: it is past waiting), ``power`` (it is in, or
-    committed to, its PowerManagement step), ``waiting_for`` (the step it waits to start, if any)."""
+    committed to, its PowerManagement step and its node does not carry the out-of-service taint
+    yet), ``waiting_for`` (the step it waits to start, if any)."""
 
     node: str
     created: float

@@ -175,3 +175,31 @@ def test_a_held_step_is_not_started_and_the_reason_is_in_processing(phase: str, 
         NAME, held, obs(node_ready=True, not_ready_since=None, start_holds={step: HOLD}), cfg, policy
     )
     assert back.kind == "write_status" and back.reason in ("NodeHealthy", "NodeReady")
+
+
+def test_a_released_node_no_longer_counts_as_power_fenced() -> None:
+    """peer_of: a NodeFence in its PowerManagement step counts against the limit until its node
+    carries the out-of-service taint (it is then verifiably off; its power-on disrupts nothing)."""
+    from noderemedy_runner.loops.interop import peer_of
+    from noderemedy_runner.machines.nodefence import RunRef
+
+    def nodefence(node: str, status: NodeFenceStatus) -> dict[str, Any]:
+        meta = {"name": f"nf-{node}", "uid": f"u-{node}", "creationTimestamp": "2026-11-28T10:00:00Z"}
+        return {"metadata": meta, "spec": {"node": node}, "status": status.to_dict()}
+
+    run = RunRef("nf-w2-r0-power-management-a0-s1", "PowerManagement", 0, 0.0, segment=1, segments=2)
+    powering = nodefence("w2", NodeFenceStatus(status="Running", current_run=run, observed_generation=1))
+    before = peer_of(powering, frozenset(), max_restarts=3)
+    after = peer_of(powering, frozenset(), max_restarts=3, released=frozenset({"w2"}))
+    assert before is not None and before.power and before.started
+    assert after is not None and not after.power and after.started
+    fleet = Fleet(peers=(before,))
+    assert start_hold("w1", "nf-w1", T0, "PowerManagement", fleet) is not None
+    assert start_hold("w1", "nf-w1", T0, "PowerManagement", Fleet(peers=(after,))) is None
+    # another node's taint does not free this one's slot
+    other = peer_of(powering, frozenset(), max_restarts=3, released=frozenset({"w9"}))
+    assert other is not None and other.power
+    # a NodeFence waiting for its power step still queues ahead, released nodes or not
+    waiting = nodefence("w3", NodeFenceStatus(status="Running", observed_generation=1))
+    queued = peer_of(waiting, frozenset(), max_restarts=3, released=frozenset({"w3"}))
+    assert queued is not None and queued.waiting_for == "PowerManagement" and not queued.power
