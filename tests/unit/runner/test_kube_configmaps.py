@@ -1,5 +1,5 @@
 """ConfigMapCache's bookkeeping (pure): what a list, the watch's events and a failed watch leave
-it answering. Its list and watch against a real API server: tests/integration/test_kube_configmaps.py."""
+it answering. Its list and watch against a real API server: tests/integration/test_configmap_watch.py."""
 
 from __future__ import annotations
 
