@@ -146,7 +146,8 @@ class Watcher:
         self.kube = KubeIO(api_client)
         #: the fence configurations, read at every decision of every NodeFence, from a watch
         #: started by :meth:`run` (until it has listed, and without it, each read is a GET)
-        self.kube.configmaps = ConfigMapCache(api_client, namespace)
+        self.configmaps = ConfigMapCache(api_client, namespace)
+        self.kube.configmaps = self.configmaps
         run_options: dict[str, Any] = {
             "collections_path": collections_path,
             "kubeconfig": kubeconfig,
@@ -375,10 +376,9 @@ class Watcher:
         for crd in (NODEFENCE, METAL3REMEDIATION):
             informer = self._informer(crd, wake)
             threading.Thread(target=informer.run, args=(stop,), name=f"watch-{crd[2]}", daemon=True).start()
-        if self.kube.configmaps is not None:
-            threading.Thread(
-                target=self.kube.configmaps.run, args=(stop,), name="watch-configmaps", daemon=True
-            ).start()
+        threading.Thread(
+            target=self.configmaps.run, args=(stop,), name="watch-configmaps", daemon=True
+        ).start()
         while not stop.is_set():
             try:
                 self.poll()
