@@ -289,3 +289,64 @@ def _lease_holder(coord: client.CoordinationV1Api, name: str) -> str | None:
         if exc.status == 404:
             return None
         raise
+
+
+@pytest.mark.timeout(60)
+def test_a_medik8s_lease_written_on_a_stale_read_is_refused(lab_kube: Any, api: client.ApiClient) -> None:  # noqa: F811
+    """A step start reads the node's medik8s Lease once, before its guards' reads, and writes it
+    on that read (loops/interop.claim_start). Against the lab's API server, a read that no longer
+    holds when the write comes is refused by the server and answered as a lost race, leaving the
+    other holder's Lease as it was: another creates the Lease after a read found none (create:
+    409), or renews an expired one after the read (replace with the read's resourceVersion:
+    409). On a fresh read, the expired Lease is taken over with leaseTransitions + 1."""
+    import time
+    from datetime import UTC, datetime, timedelta
+
+    from noderemedy_runner.loops.interop import read_medik8s_lease, take_medik8s_lease
+
+    core, coord = client.CoreV1Api(api), client.CoordinationV1Api(api)
+    try:
+        core.create_namespace({"metadata": {"name": "medik8s-leases"}})
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+    name = f"node-{DEAD}"
+    node = api.sanitize_for_serialization(core.read_node(DEAD))
+
+    def foreign(renewed: datetime, seconds: int) -> client.V1Lease:
+        return client.V1Lease(
+            metadata=client.V1ObjectMeta(name=name),
+            spec=client.V1LeaseSpec(holder_identity="NodeHealthCheck", lease_duration_seconds=seconds,
+                                    acquire_time=renewed, renew_time=renewed, lease_transitions=0),
+        )  # fmt: skip
+
+    try:
+        assert read_medik8s_lease(api, DEAD) is None
+        coord.create_namespaced_lease("medik8s-leases", foreign(datetime.now(UTC), 3600))
+        assert take_medik8s_lease(api, node, time.time(), None) == "unknown (created concurrently)"
+        assert _lease_holder(coord, name) == "NodeHealthCheck"
+
+        coord.delete_namespaced_lease(name, "medik8s-leases")
+        coord.create_namespaced_lease("medik8s-leases", foreign(datetime.now(UTC) - timedelta(hours=1), 1))
+        stale = read_medik8s_lease(api, DEAD)
+        assert stale is not None
+        renewed = coord.read_namespaced_lease(name, "medik8s-leases")
+        renewed.spec.renew_time = datetime.now(UTC)
+        renewed.spec.lease_duration_seconds = 3600
+        coord.replace_namespaced_lease(name, "medik8s-leases", renewed)
+        assert take_medik8s_lease(api, node, time.time(), stale) == "unknown (changed concurrently)"
+        assert coord.read_namespaced_lease(name, "medik8s-leases").spec.lease_duration_seconds == 3600
+
+        expired = coord.read_namespaced_lease(name, "medik8s-leases")
+        expired.spec.renew_time = datetime.now(UTC) - timedelta(hours=1)
+        expired.spec.lease_duration_seconds = 1
+        coord.replace_namespaced_lease(name, "medik8s-leases", expired)
+        assert take_medik8s_lease(api, node, time.time(), read_medik8s_lease(api, DEAD)) is None
+        taken = coord.read_namespaced_lease(name, "medik8s-leases")
+        assert (taken.spec.holder_identity, taken.spec.lease_transitions) == ("noderemedy-runner", 1)
+    finally:
+        try:
+            coord.delete_namespaced_lease(name, "medik8s-leases")
+        except ApiException as exc:
+            if exc.status != 404:
+                raise

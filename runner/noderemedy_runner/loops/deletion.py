@@ -77,19 +77,22 @@ class NodeFenceCleanup(Reconciler):
     namespace: str
     policy: NodeFencePolicy
 
-    def ensure_finalizer(self, obj: Mapping[str, Any], node: str, held: InMemory) -> bool:
+    def ensure_finalizer(
+        self, obj: Mapping[str, Any], node: str, held: InMemory
+    ) -> tuple[bool, dict[str, Any] | None]:
         """Put :data:`~noderemedy_runner.machines.deletion.FINALIZER` on NodeFence ``obj`` before
-        its first action on a device or the node. True when the caller must read the object again
-        (the finalizer was added, a 409, or a refusal just said); False when the action may go on
-        (the finalizer is there, or RBAC forbids it: fencing, which keeps the promise, then goes
-        on without it, and a deletion will not clean up -- one Warning Event
+        its first action on a device or the node. Returns (decide again, the object as stored):
+        (True, the patch's answer) when the finalizer was added, so the next decision needs no
+        read; (True, None) on a 409 or a refusal just said (read it again); (False, None) when the
+        action may go on (the finalizer is there, or RBAC forbids it: fencing, which keeps the
+        promise, then goes on without it, and a deletion will not clean up -- one Warning Event
         :data:`FINALIZER_FORBIDDEN`). Other API errors propagate."""
         if FINALIZER in (meta_of(obj).get("finalizers") or []) or FINALIZER_FORBIDDEN in held.notes:
-            return False
+            return False, None
         try:
-            self.kube.patch_finalizers(NODEFENCE, obj, FINALIZER, True)
+            stored = self.kube.patch_finalizers(NODEFENCE, obj, FINALIZER, True)
         except Conflict:
-            return True
+            return True, None
         except KubeError as exc:
             if exc.reason != "forbidden":
                 raise
@@ -99,9 +102,9 @@ class NodeFenceCleanup(Reconciler):
                 f"the runner may not patch NodeFences ({exc}): fencing goes on without the finalizer "
                 f"{FINALIZER}, so deleting this NodeFence will not clean node {node} up; apply deploy/rbac",
             )  # fmt: skip
-            return True
+            return True, None
         self.kube.event(obj, "Normal", "FinalizerAdded", f"{FINALIZER}: a deletion cleans node {node} up")
-        return True
+        return True, stored
 
     def cleanup(
         self, obj: dict[str, Any], config: FenceConfig | str, held: InMemory, cancel: threading.Event

@@ -95,17 +95,30 @@ def _lease(
     )
 
 
-def take_medik8s_lease(api: client.ApiClient, node: Mapping[str, Any], now: float) -> str | None:
+#: ``current`` of :func:`take_medik8s_lease` and ``lease`` of :func:`start_holds` when the caller
+#: has not read the Lease: they read it themselves.
+UNREAD: Any = object()
+
+
+def take_medik8s_lease(
+    api: client.ApiClient, node: Mapping[str, Any], now: float, current: Any = UNREAD
+) -> str | None:
     """Take or renew ``medik8s-leases/node-<name>`` for :data:`~noderemedy_runner.machines.guards.LEASE_HOLDER`,
     as medik8s' lease manager ``RequestLease`` does (create; renew our own; take over an expired
     one with ``leaseTransitions + 1``; owner reference to the Node), so NodeHealthCheck,
     node-maintenance-operator and the medik8s remediators see that we act on the node. Returns the
     holder of a valid foreign Lease (nothing written), else None. A missing ``medik8s-leases``
-    namespace (no medik8s component installed) is not an error: nothing to coordinate with."""
+    namespace (no medik8s component installed) is not an error: nothing to coordinate with.
+
+    ``current``: the Lease as the caller read it (:func:`read_medik8s_lease`: a dict, or None when
+    there is none), else it is read now. The write is conditional on that read (a create fails on
+    an existing Lease, a replace carries its resourceVersion), so a change since the read is a 409
+    and answers "changed concurrently", as a lost race does."""
     name = str((node.get("metadata") or {}).get("name", ""))
     coord = kapi(api, client.CoordinationV1Api)
     stamp = datetime.fromtimestamp(now, UTC)
-    current = read_medik8s_lease(api, name)
+    if current is UNREAD:
+        current = read_medik8s_lease(api, name)
     if current is None:
         try:
             coord.create_namespaced_lease(MEDIK8S_LEASE_NAMESPACE, _lease(node, stamp, stamp, 0))
@@ -204,9 +217,11 @@ def start_holds(
     now: float,
     max_restarts: int,
     max_power_fencing: int,
+    lease: Any = UNREAD,
 ) -> dict[str, Hold]:
     """For NodeFence ``obj`` of ``node``: per step (Isolation, PowerManagement), the guard that
-    holds it now, if any (:func:`noderemedy_runner.machines.guards.start_hold`).
+    holds it now, if any (:func:`noderemedy_runner.machines.guards.start_hold`). ``lease``: the
+    node's medik8s Lease as the caller read it (or None: none), else it is read here.
 
     The NodeMaintenances are read before the node itself: an admin who hands a node from a
     NodeMaintenance over to the maintenance annotation sets the annotation first, then deletes the
@@ -236,7 +251,7 @@ def start_holds(
         why = maintenance_of(this, nodemaintenances)
         if why is not None:
             maintenance[node] = why
-    holder = foreign_holder(read_medik8s_lease(api, node), now)
+    holder = foreign_holder(read_medik8s_lease(api, node) if lease is UNREAD else lease, now)
     fleet = Fleet(
         control_plane=control_plane,
         ready=ready,
@@ -255,7 +270,39 @@ def start_holds(
     return out
 
 
+def claim_start(
+    kube: KubeIO,
+    obj: Mapping[str, Any],
+    node_obj: Mapping[str, Any] | None,
+    now: float,
+    max_restarts: int,
+    max_power_fencing: int,
+) -> dict[str, Hold]:
+    """Whether NodeFence ``obj`` may start a step now, and if so, the node's medik8s Lease taken
+    for it: per step (Isolation, PowerManagement), the hold of :func:`start_holds`; when none holds
+    and the Node exists (``node_obj``, as the reconcile read it), :func:`take_medik8s_lease`, and a
+    Lease another holder keeps holds both steps (``LeaseHeld``). {}: the step may start.
+
+    The Lease is read once, before the guards' reads, for both the guard and the write (two reads
+    before): the write is conditional on that read, so a Lease changed in between fails it with a
+    409 and holds the step. API errors propagate
+    (:class:`~noderemedy_runner.kube.errors.KubeError`)."""
+    node = str((obj.get("spec") or {}).get("node", ""))
+    lease = read_medik8s_lease(kube.api, node)
+    holds = start_holds(kube, obj, node, now, max_restarts, max_power_fencing, lease)
+    if holds or node_obj is None:
+        return holds
+    holder = take_medik8s_lease(kube.api, node_obj, now, lease)
+    if holder is None:
+        return {}
+    return {
+        step: Hold("LeaseHeld", f"the medik8s Lease of node {node} is held by {holder}") for step in _STEPS
+    }
+
+
 __all__ = [
+    "UNREAD",
+    "claim_start",
     "list_nodefences",
     "list_nodemaintenances",
     "peer_of",

@@ -51,7 +51,7 @@ from noderemedy_runner.kube.resources import (
 )
 from noderemedy_runner.loops.adopt import needs_record, record_adopted_release
 from noderemedy_runner.loops.deletion import AGAIN, NodeFenceCleanup, deleted_at
-from noderemedy_runner.loops.interop import release_medik8s_lease, start_holds, take_medik8s_lease
+from noderemedy_runner.loops.interop import claim_start, release_medik8s_lease
 from noderemedy_runner.loops.memory import (
     ERROR_REQUEUE_SECONDS,
     InMemory,
@@ -69,7 +69,6 @@ from noderemedy_runner.machines.actions import (
 )
 from noderemedy_runner.machines.conditions import find_condition, set_condition
 from noderemedy_runner.machines.deletion import needs_finalizer
-from noderemedy_runner.machines.guards import Hold
 from noderemedy_runner.machines.nodefence import (
     CONFIRM_DOWN_ANNOTATION,
     CONFIRM_MISSING_NODE_ANNOTATION,
@@ -233,12 +232,16 @@ class NodeFenceReconciler(NodeFenceCleanup):
     def _reconcile(self, name: str, cancel: threading.Event | None, max_actions: int) -> float | None:
         cancel = cancel or threading.Event()
         held = self.held(name)
-        written: dict[str, Any] | None = None  # our status write's answer: no GET after it
+        written: dict[str, Any] | None = None  # our own write's answer: no GET after it
+        # the Node as read for the decision that wrote that status (or the finalizer): such a write
+        # changes no Node, so the next decision takes the same reading, as if both were one (each
+        # run, taint or other action on the node is followed by a read)
+        seen: tuple[str, dict[str, Any] | None] | None = None
         for _ in range(max_actions):
             if cancel.is_set():
                 return None
             obj = written if written is not None else self.kube.get_custom(NODEFENCE, name)
-            written = None
+            after_write, written = written is not None, None
             if obj is None:
                 self.forget(name)
                 return None
@@ -277,7 +280,9 @@ class NodeFenceReconciler(NodeFenceCleanup):
                 self._config_error(obj, THRESHOLD_INVALID, str(err))
                 return ERROR_REQUEUE_SECONDS
             now = self.clock()
-            node_obj = self.kube.get_node(node)
+            reuse = after_write and seen is not None and seen[0] == node
+            node_obj = seen[1] if reuse and seen is not None else self.kube.get_node(node)
+            seen = (node, node_obj)
             ready, since = ready_condition(node_obj) if node_obj is not None else (False, None)
             if not ready and since is None:
                 since = created_at(obj, now)
@@ -340,23 +345,18 @@ class NodeFenceReconciler(NodeFenceCleanup):
                     obs = replace(obs, release_hold=rate_hold)
                     action = decide(name, status, obs, config, self.policy, self.namespace, chain)
             if action.reason in ("StartIsolation", "StartPowerManagement"):  # guards: docs/concepts.md
-                holds = start_holds(
-                    self.kube, obj, node, now, self.policy.max_restarts, self.policy.max_power_fencing
+                holds = claim_start(  # and the medik8s node Lease, so others see us act
+                    self.kube, obj, node_obj, now, self.policy.max_restarts, self.policy.max_power_fencing
                 )
-                if not holds and node_obj is not None:  # medik8s node Lease: others see us act
-                    holder = take_medik8s_lease(self.kube.api, node_obj, now)
-                    if holder is not None:
-                        holds = {
-                            step: Hold("LeaseHeld", f"the medik8s Lease of node {node} is held by {holder}")
-                            for step in ("Isolation", "PowerManagement")
-                        }
                 if holds:
                     obs = replace(obs, start_holds=holds)
                     action = decide(name, status, obs, config, self.policy, self.namespace, chain)
             if self.dry_run_stops(log, f"NodeFence {name}", action):
                 return None
-            if needs_finalizer(action.kind) and self.ensure_finalizer(obj, node, held):
-                continue  # before the first action on a device or the node; read it again
+            if needs_finalizer(action.kind):  # before the first action on a device or the node
+                again, written = self.ensure_finalizer(obj, node, held)
+                if again:  # decided again on the patch's answer (or read again)
+                    continue
             if action.kind == "wait":
                 return action.seconds
             if action.kind == "none":

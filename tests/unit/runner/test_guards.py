@@ -203,3 +203,53 @@ def test_a_released_node_no_longer_counts_as_power_fenced() -> None:
     waiting = nodefence("w3", NodeFenceStatus(status="Running", observed_generation=1))
     queued = peer_of(waiting, frozenset(), max_restarts=3, released=frozenset({"w3"}))
     assert queued is not None and queued.waiting_for == "PowerManagement" and not queued.power
+
+
+@pytest.mark.parametrize(
+    ("holds", "holder", "expect"),
+    [
+        ({}, None, {}),
+        ({}, "NodeHealthCheck", {"Isolation": "LeaseHeld", "PowerManagement": "LeaseHeld"}),
+        ({"Isolation": HOLD}, None, {"Isolation": "NodeUnderMaintenance"}),
+    ],
+)
+def test_a_step_start_reads_the_medik8s_lease_once_for_its_guard_and_its_write(
+    monkeypatch: pytest.MonkeyPatch, holds: dict[str, Hold], holder: str | None, expect: dict[str, str]
+) -> None:
+    """claim_start reads the node's medik8s Lease once and hands that read to both the guard
+    (start_holds) and the write (take_medik8s_lease, conditional on it); a held step writes
+    nothing. The write's conditions against a real API server: tests/integration/test_runner_guards.py."""
+    from noderemedy_runner.loops import interop
+
+    lease = {"metadata": {"resourceVersion": "7"}, "spec": {"holderIdentity": "noderemedy-runner"}}
+    calls: list[tuple[str, Any]] = []
+
+    def read(api: Any, node: str) -> dict[str, Any]:
+        calls.append(("read", node))
+        return lease
+
+    def guard(
+        kube: Any, obj: Any, node: str, now: float, restarts: int, limit: int, seen: Any
+    ) -> dict[str, Hold]:
+        calls.append(("guard", seen))
+        return holds
+
+    def take(api: Any, node_obj: Any, now: float, current: Any) -> str | None:
+        calls.append(("take", current))
+        return holder
+
+    monkeypatch.setattr(interop, "read_medik8s_lease", read)
+    monkeypatch.setattr(interop, "start_holds", guard)
+    monkeypatch.setattr(interop, "take_medik8s_lease", take)
+    kube: Any = type("Kube", (), {"api": object()})()
+    obj = {"metadata": {"name": NAME}, "spec": {"node": NODE}}
+    got = interop.claim_start(kube, obj, {"metadata": {"name": NODE}}, T0, 3, 48)
+    assert {step: h.reason for step, h in got.items()} == expect
+    assert calls[:2] == [("read", NODE), ("guard", lease)]
+    assert calls[2:] == ([] if holds else [("take", lease)])
+    if holder:
+        assert holder in got["Isolation"].message
+    # no Node: nothing to own the Lease, so none is written
+    calls.clear()
+    assert interop.claim_start(kube, obj, None, T0, 3, 48) == holds
+    assert [c[0] for c in calls] == ["read", "guard"]

@@ -26,6 +26,7 @@ from noderemedy_runner.loops.detector import Detector
 from noderemedy_runner.loops.memory import ERROR_REQUEUE_SECONDS
 from noderemedy_runner.loops.nodefence import AFTER_RELEASE_PRIORITY, NodeFenceReconciler
 from noderemedy_runner.machines import actions as act
+from noderemedy_runner.machines.deletion import FINALIZER
 from noderemedy_runner.machines.detection import Assessment, NodeCondition, NodeInfo
 from noderemedy_runner.machines.nodefence import NodeFencePolicy
 from noderemedy_runner.metrics import Metrics
@@ -226,16 +227,19 @@ class FakeKube:
         self.reads = 0
         self.writes: list[dict[str, Any]] = []
         self.events: list[tuple[str, str, str]] = []
+        self.calls: list[str] = []  # get, node, write, patch: in order
 
     def get_custom(self, crd: Any, name: str, namespace: str | None = None) -> dict[str, Any] | None:
         assert crd == NODEFENCE
         self.reads += 1
+        self.calls.append("get")
         return copy.deepcopy(self.obj)
 
     def get_configmap_data(self, namespace: str, name: str) -> dict[str, Any] | None:
         return dict(CONFIG) if name == f"fence-config-{NODE}" else TEMPLATES.get(name)
 
     def get_node(self, name: str) -> dict[str, Any] | None:
+        self.calls.append("node")
         return copy.deepcopy(self.node) if name == NODE else None
 
     def replace_status(self, crd: Any, obj: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
@@ -249,6 +253,7 @@ class FakeKube:
         self.obj["status"] = copy.deepcopy(status)
         self.obj["metadata"]["resourceVersion"] = str(int(self.obj["metadata"]["resourceVersion"]) + 1)
         self.writes.append(copy.deepcopy(status))
+        self.calls.append("write")
         return copy.deepcopy(self.obj)
 
     def patch_finalizers(
@@ -259,6 +264,7 @@ class FakeKube:
         kept = [f for f in self.obj["metadata"].get("finalizers") or [] if f != finalizer]
         self.obj["metadata"]["finalizers"] = kept + ([finalizer] if present else [])
         self.obj["metadata"]["resourceVersion"] = str(int(self.obj["metadata"]["resourceVersion"]) + 1)
+        self.calls.append("patch")
         return copy.deepcopy(self.obj)
 
     def event(self, obj: dict[str, Any], type_: str, reason: str, message: str, once_key: str = "") -> None:
@@ -290,8 +296,7 @@ def no_guards(monkeypatch: pytest.MonkeyPatch) -> None:
     (which read the cluster through the raw client) hold nothing."""
     from noderemedy_runner.loops import nodefence as loop
 
-    monkeypatch.setattr(loop, "start_holds", lambda *a, **k: {})
-    monkeypatch.setattr(loop, "take_medik8s_lease", lambda *a, **k: None)
+    monkeypatch.setattr(loop, "claim_start", lambda *a, **k: {})
     monkeypatch.setattr(loop, "release_medik8s_lease", lambda *a, **k: None)
 
 
@@ -308,8 +313,40 @@ def test_a_conflicting_status_write_is_read_again_and_decided_again() -> None:
     ex.run = lambda action, **kw: (cancel.set(), RunOutcome(str(kw["ident"]), "canceled", None))[1]  # type: ignore[method-assign]
     assert reconciler(kube, ex).reconcile("nf", cancel) is None
     # the first write of observedGeneration met a 409: the object was read again before the write landed
-    assert kube.reads >= 3 and kube.writes[0] == {**kube.writes[0], "observedGeneration": 1}
+    assert kube.calls[:5] == ["get", "node", "get", "node", "write"], kube.calls
+    assert kube.writes[0] == {**kube.writes[0], "observedGeneration": 1}
     assert [w["currentRun"]["ident"] for w in kube.writes if w.get("currentRun")] == ["nf-r0-isolation-a0"]
+
+
+def test_a_decision_after_its_own_write_takes_that_decisions_readings() -> None:
+    """A status write or the finalizer's patch changes no Node: the decision after it takes the
+    write's answer and the Node as read for the decision that wrote, instead of reading both
+    again. After a run, both are read again."""
+    kube = FakeKube()
+    cancel = threading.Event()
+    ex = FakeExecutor(RunOutcome("x", "successful", 0))
+    runs = 0
+
+    def run(action: act.Action, **kw: Any) -> RunOutcome:
+        nonlocal runs
+        runs += 1
+        kube.calls.append("run")
+        if runs == 2:
+            cancel.set()
+            return RunOutcome(str(kw["ident"]), "canceled", None)
+        return RunOutcome(str(kw["ident"]), "successful", 0)
+
+    ex.run = run  # type: ignore[method-assign]
+    reconciler(kube, ex).reconcile("nf", cancel)
+    calls = kube.calls
+    assert runs == 2 and "write" in calls and calls.count("patch") == 1
+    for i, c in enumerate(calls[:-1]):
+        if c in ("write", "patch"):  # next: another write, the patch or a run; no read
+            assert calls[i + 1] in ("write", "patch", "run"), calls
+        if c == "run":  # the object and the Node read again
+            assert calls[i + 1 : i + 3] == ["get", "node"], calls
+    assert calls[:2] == ["get", "node"] and calls.count("get") == calls.count("node") == 2, calls
+    assert kube.obj["metadata"]["finalizers"] == [FINALIZER]
 
 
 def test_a_canceled_run_is_not_asked_for_again_and_again() -> None:
