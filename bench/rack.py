@@ -11,7 +11,9 @@ lifecycle controller (grace period 20 s).
 (isolation ``fc-off``, power management ``pdu-off pdu-on``, recovery ``fc-on``: the PDU both proves
 the node off and brings it back), a Configuration that makes a NodeFence as soon as a node is
 NotReady (period 0 s) and a storm guard that lets the whole rack be fenced (the lab is the rack).
-Each runner setting is one phase: the executor (``--executors``; ``job``: bench/rack_jobs.py) and
+Each runner setting is one phase: the executor (``--executors``; ``job``: bench/rack_jobs.py;
+``inprocess-power``: in process with power management ``pdu-off pdu-on`` only, no isolation or
+recovery step, the device work of a peer that only power-fences, as FAR does) and
 ``--max-power-fencing`` (``default``: the runner's own, whatever it is in the tree; or a number).
 A phase ends when every NodeFence is Final (or after ``--timeout``); the rack is then restored
 (NodeFences deleted, taints removed, outlets and ports on, every node Ready).
@@ -77,6 +79,7 @@ import rack_jobs  # noqa: E402
 import tables  # noqa: E402
 from kubernetes import client  # noqa: E402
 from kubernetes.client.exceptions import ApiException  # noqa: E402
+from proc_meter import ProcSampler, cpu_s, cpu_split  # noqa: E402
 from watcher import RUNNER, UPSTREAM_TIMING, Observer, percentile, rss_kb  # noqa: E402
 
 from noderemedy_lab.config import LabConfig  # noqa: E402
@@ -85,6 +88,8 @@ from noderemedy_lab.rack import Rack  # noqa: E402
 
 NAMESPACE = "noderemedy-bench"
 JOB_NOT_MEASURED = "not run: bench/rack.py --executors inprocess,job (the Job executor: bench/rack_jobs.py)"
+#: ``--executors`` values, and the one that fences by power alone (in process).
+EXECUTORS, POWER_ONLY = ("inprocess", "job", "inprocess-power"), "inprocess-power"
 OOS = "node.kubernetes.io/out-of-service"
 NF = ("remediation.noderemedy.io", "v1alpha1", "nodefences")
 RUN_START = re.compile(r"^run (\S+): (\S+\.yml) for ")
@@ -166,55 +171,6 @@ class RackObserver(Observer):
 
         threading.Thread(target=self._run, args=(core.list_node, self._node), daemon=True).start()
         threading.Thread(target=self._run, args=(objs, self._fence), daemon=True).start()
-
-
-class ProcSampler(threading.Thread):
-    """Every 0.2 s: the distinct processes (pid, start time) below ``pid`` whose command line holds
-    ``name`` (``ansible-playbook``; FAR: ``fence_ipmilan``), not counting their forks."""
-
-    def __init__(self, pid: int, name: str = "ansible-playbook") -> None:
-        super().__init__(daemon=True)
-        self.pid, self.name, self.seen, self.stop = pid, name, set(), threading.Event()
-
-    def run(self) -> None:
-        while not self.stop.wait(0.2):
-            parent: dict[int, int] = {}
-            info: dict[int, tuple[str, str]] = {}
-            for d in os.listdir("/proc"):
-                if not d.isdigit():
-                    continue
-                try:
-                    stat = Path(f"/proc/{d}/stat").read_text()
-                    cmd = (
-                        Path(f"/proc/{d}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-                    )
-                except OSError:
-                    continue
-                fields = stat.rsplit(")", 1)[1].split()
-                parent[int(d)] = int(fields[1])
-                info[int(d)] = (cmd, fields[19])
-            for p, (cmd, start) in info.items():
-                # the process, not one of its forks (which share its command line)
-                if self.name not in cmd or self.name in info.get(parent[p], ("", ""))[0]:
-                    continue
-                q, hops = p, 0
-                while q in parent and q != self.pid and hops < 20:
-                    q, hops = parent[q], hops + 1
-                if q == self.pid:
-                    self.seen.add((p, start))
-
-
-def cpu_split(pid: int) -> tuple[float, float]:
-    """CPU seconds of ``pid`` itself (utime + stime) and of its children it has waited for
-    (cutime + cstime: for the runner, its ``ansible-playbook`` runs and their modules)."""
-    fields = [int(x) for x in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[11:15]]
-    tick = os.sysconf("SC_CLK_TCK")
-    return (fields[0] + fields[1]) / tick, (fields[2] + fields[3]) / tick
-
-
-def cpu_s(pid: int) -> float:
-    """utime + stime + cutime + cstime of ``pid`` in seconds."""
-    return sum(cpu_split(pid))
 
 
 def dist(values: list[float]) -> dict[str, float | None]:
@@ -445,7 +401,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--nodes", type=int, default=40)
     ap.add_argument("--port-base", type=int, default=int(os.environ.get("NODEREMEDY_LAB_PORT_BASE", "30400")))
-    ap.add_argument("--executors", default="inprocess", help="inprocess, job or both (bench/rack_jobs.py)")
+    ap.add_argument("--executors", default="inprocess", help=f"comma-separated: {', '.join(EXECUTORS)}")
     ap.add_argument("--max-power-fencing", default="default,rack",
                     help="comma-separated settings: 'default' (the runner's own), 'rack' (the rack's nodes) or N")  # fmt: skip
     ap.add_argument("--far-src", type=Path, default=None, help="a fence-agents-remediation checkout")
@@ -462,8 +418,8 @@ def main() -> int:
     # a SIGTERM (a CI timeout, kill) unwinds like Ctrl-C: the lab and the runner are stopped
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     executors = args.executors.split(",")
-    if set(executors) - {"inprocess", "job"}:
-        ap.error(f"--executors: {args.executors!r}: inprocess, job or both")
+    if set(executors) - set(EXECUTORS):
+        ap.error(f"--executors: {args.executors!r}: comma-separated {', '.join(EXECUTORS)}")
     archive = rack_jobs.build_image() if "job" in executors else None  # before the lab: ./dev image
     began = datetime.now(UTC).isoformat(timespec="seconds")
     load0 = os.getloadavg()[0]
@@ -510,12 +466,13 @@ def main() -> int:
             for mpf in args.max_power_fencing.split(","):
                 setting = str(len(nodes)) if mpf == "rack" else mpf
                 ns, host = (job["namespace"], job["host"]) if ex == "job" and job else (NAMESPACE, None)
-                apply(lab, rack.fence_configuration(ns, power="pdu", host=host))
-                settings[mpf] = run_ours(lab, rack, work, f"{ex}-mpf-{setting}", ex, setting, nodes,
-                                         rack.power_loss, args, job if ex == "job" else None)  # fmt: skip
+                apply(lab, rack.fence_configuration(ns, power="pdu", host=host, storage=ex != POWER_ONLY))
+                settings[mpf] = run_ours(lab, rack, work, f"{ex}-mpf-{setting}", ex.split("-")[0], setting,
+                                         nodes, rack.power_loss, args, job if ex == "job" else None)  # fmt: skip
                 restore(lab, rack, nodes)
-            first = next(iter(settings.values()))
-            results["executors"][ex] = {**first, "by_max_power_fencing": settings}
+            own = {"fence_configuration": "power_management=pdu-off pdu-on (no isolation or recovery step)"}
+            results["executors"][ex] = {**next(iter(settings.values())), "by_max_power_fencing": settings,
+                                        **(own if ex == POWER_ONLY else {})}  # fmt: skip
         if "job" not in executors:
             results["executors"]["job"] = {"not_measured": JOB_NOT_MEASURED}
         single: dict[str, Any] = {}
@@ -586,7 +543,11 @@ def main() -> int:
             "far_commit": far.source_id(args.far_src.resolve()),
             f"rack_power_loss_{args.nodes}": far_results.get("rack_power_loss"),
             "single_node_power_cut": far_results.get("single_node_power_cut"),
-            "ours_inprocess": {key: results["executors"].get("inprocess"), "single_node_power_cut": single},
+            "ours_inprocess": {
+                key: results["executors"].get("inprocess"),
+                "single_node_power_cut": single,
+                f"{key}_power_only": results["executors"].get(POWER_ONLY),
+            },
         }
     args.peers_out.write_text(json.dumps(peers, indent=1) + "\n")
     print(f"wrote {args.out} and {args.peers_out}")

@@ -326,10 +326,12 @@ def rack(doc: Any, name: str) -> list[str]:
             if "not_measured" in settings:
                 lines += [f"`{key}` {ex}: not measured: {_v(settings['not_measured'])}", ""]
                 continue
+            own = f" ({_v(settings['fence_configuration'])})" if settings.get("fence_configuration") else ""
             for setting, e in (settings.get("by_max_power_fencing") or {"": settings}).items():
                 rows.append(
                     _rack_row(
-                        f"{key}, {ex}, --max-power-fencing {setting} ({_v(e.get('max_power_fencing'))})", e
+                        f"{key}, {ex}{own}, --max-power-fencing {setting} ({_v(e.get('max_power_fencing'))})",
+                        e,
                     )
                 )
     single = doc.get("single_node_power_cut") or {}
@@ -363,6 +365,14 @@ def peers(doc: Any, name: str) -> list[str]:
             mine = ours.get(key.replace("rack_", "")) or {}
             for setting, e in (mine.get("by_max_power_fencing") or {}).items():
                 rows.append(_rack_row(f"ours, in-process, --max-power-fencing {setting}", e))
+            power = ours.get(key.replace("rack_", "") + "_power_only") or {}
+            for setting, e in (power.get("by_max_power_fencing") or {}).items():
+                rows.append(
+                    _rack_row(
+                        f"ours, in-process, {power.get('fence_configuration')}, --max-power-fencing {setting}",
+                        e,
+                    )
+                )
     if f.get("single_node_power_cut"):
         rows.append(_rack_row("FAR, one node's power cut", f["single_node_power_cut"]))
     if ours.get("single_node_power_cut"):

@@ -64,3 +64,46 @@ def test_a_racks_note_is_shown_under_its_heading_and_a_rack_without_one_has_none
     noted = {"racks": {"fail_2_of_4": {**rack["racks"]["power_loss_4"], "note": "the lab flapped"}}}
     assert "`fail_2_of_4`: the lab flapped" in tables.rack(noted, "rack.json")
     assert not any(line.startswith("`power_loss_4`: ") for line in tables.rack(rack, "rack.json"))
+
+
+def test_the_power_only_phase_is_a_row_of_its_own_naming_its_fence_configuration(tables: ModuleType) -> None:
+    """bench/rack.py --executors inprocess-power: the rack fenced by power management alone, as FAR
+    fences; its row in the rack table and in the table against FAR names that configuration."""
+    config = "power_management=pdu-off pdu-on (no isolation or recovery step)"
+    full = {"last_taint_after_last_not_ready_s": 7.5, "max_power_fencing": "default"}
+    power = {"last_taint_after_last_not_ready_s": 3.25, "max_power_fencing": "default"}
+    rack = {
+        "racks": {
+            "power_loss_4": {
+                "executors": {
+                    "inprocess": {**full, "by_max_power_fencing": {"default": full}},
+                    "inprocess-power": {
+                        **power,
+                        "by_max_power_fencing": {"default": power},
+                        "fence_configuration": config,
+                    },
+                }
+            }
+        }
+    }
+    rows = [line for line in tables.rack(rack, "rack.json") if line.startswith("| power_loss_4")]
+    assert len(rows) == 2
+    assert "inprocess-power (" + config + ")" in rows[1] and "3.25 s" in rows[1]
+    assert config not in rows[0] and "7.5 s" in rows[0]
+    ours = rack["racks"]["power_loss_4"]["executors"]
+    peers = {
+        "far": {
+            "rack_power_loss_4": {"last_taint_after_last_not_ready_s": 4.5},
+            "ours_inprocess": {
+                "power_loss_4": ours["inprocess"],
+                "power_loss_4_power_only": ours["inprocess-power"],
+            },
+        }
+    }
+    lines = [line for line in tables.peers(peers, "peers.json") if line.startswith("| ")]
+    assert [line.split("|")[1].strip() for line in lines[1:]] == [
+        "FAR, rack_power_loss_4",
+        "ours, in-process, --max-power-fencing default",
+        f"ours, in-process, {config}, --max-power-fencing default",
+    ]
+    assert "3.25 s" in lines[-1] and "4.5 s" in lines[1]
