@@ -232,21 +232,9 @@ def test_medik8s_node_lease_is_respected_taken_and_released(
     from datetime import UTC, datetime
 
     core, coord, co = client.CoreV1Api(api), client.CoordinationV1Api(api), client.CustomObjectsApi(api)
-    try:
-        core.create_namespace({"metadata": {"name": "medik8s-leases"}})
-    except ApiException as exc:
-        if exc.status != 409:
-            raise
+    _medik8s_namespace(core)
     lease = f"node-{DEAD}"
-    now = datetime.now(UTC)
-    coord.create_namespaced_lease(
-        "medik8s-leases",
-        client.V1Lease(
-            metadata=client.V1ObjectMeta(name=lease),
-            spec=client.V1LeaseSpec(holder_identity="NodeHealthCheck", lease_duration_seconds=3600,
-                                    acquire_time=now, renew_time=now),
-        ),
-    )  # fmt: skip
+    coord.create_namespaced_lease("medik8s-leases", _foreign_lease(lease, datetime.now(UTC), 3600))
     before = device_log(lab_kube, DEAD)
     name = f"nf-lease-{uuid.uuid4().hex[:6]}"
     try:
@@ -275,11 +263,7 @@ def test_medik8s_node_lease_is_respected_taken_and_released(
         assert final["status"]["jobs"]
         wait_for(lambda: _lease_holder(coord, lease) is None, 30, "the medik8s Lease released")
     finally:
-        try:
-            coord.delete_namespaced_lease(lease, "medik8s-leases")
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+        _delete_lease(coord, lease)
 
 
 def _lease_holder(coord: client.CoordinationV1Api, name: str) -> str | None:
@@ -305,29 +289,20 @@ def test_a_medik8s_lease_written_on_a_stale_read_is_refused(lab_kube: Any, api: 
     from noderemedy_runner.loops.interop import read_medik8s_lease, take_medik8s_lease
 
     core, coord = client.CoreV1Api(api), client.CoordinationV1Api(api)
-    try:
-        core.create_namespace({"metadata": {"name": "medik8s-leases"}})
-    except ApiException as exc:
-        if exc.status != 409:
-            raise
+    _medik8s_namespace(core)
     name = f"node-{DEAD}"
     node = api.sanitize_for_serialization(core.read_node(DEAD))
 
-    def foreign(renewed: datetime, seconds: int) -> client.V1Lease:
-        return client.V1Lease(
-            metadata=client.V1ObjectMeta(name=name),
-            spec=client.V1LeaseSpec(holder_identity="NodeHealthCheck", lease_duration_seconds=seconds,
-                                    acquire_time=renewed, renew_time=renewed, lease_transitions=0),
-        )  # fmt: skip
-
     try:
         assert read_medik8s_lease(api, DEAD) is None
-        coord.create_namespaced_lease("medik8s-leases", foreign(datetime.now(UTC), 3600))
+        coord.create_namespaced_lease("medik8s-leases", _foreign_lease(name, datetime.now(UTC), 3600))
         assert take_medik8s_lease(api, node, time.time(), None) == "unknown (created concurrently)"
         assert _lease_holder(coord, name) == "NodeHealthCheck"
 
         coord.delete_namespaced_lease(name, "medik8s-leases")
-        coord.create_namespaced_lease("medik8s-leases", foreign(datetime.now(UTC) - timedelta(hours=1), 1))
+        coord.create_namespaced_lease(
+            "medik8s-leases", _foreign_lease(name, datetime.now(UTC) - timedelta(hours=1), 1)
+        )
         stale = read_medik8s_lease(api, DEAD)
         assert stale is not None
         renewed = coord.read_namespaced_lease(name, "medik8s-leases")
@@ -345,8 +320,32 @@ def test_a_medik8s_lease_written_on_a_stale_read_is_refused(lab_kube: Any, api: 
         taken = coord.read_namespaced_lease(name, "medik8s-leases")
         assert (taken.spec.holder_identity, taken.spec.lease_transitions) == ("noderemedy-runner", 1)
     finally:
-        try:
-            coord.delete_namespaced_lease(name, "medik8s-leases")
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+        _delete_lease(coord, name)
+
+
+def _medik8s_namespace(core: client.CoreV1Api) -> None:
+    """The ``medik8s-leases`` namespace, created unless it is there."""
+    try:
+        core.create_namespace({"metadata": {"name": "medik8s-leases"}})
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+
+
+def _foreign_lease(name: str, renewed: Any, seconds: int) -> client.V1Lease:
+    """A medik8s Lease ``name`` of NodeHealthCheck, acquired and renewed at ``renewed`` (a
+    datetime), valid ``seconds`` from then."""
+    return client.V1Lease(
+        metadata=client.V1ObjectMeta(name=name),
+        spec=client.V1LeaseSpec(holder_identity="NodeHealthCheck", lease_duration_seconds=seconds,
+                                acquire_time=renewed, renew_time=renewed, lease_transitions=0),
+    )  # fmt: skip
+
+
+def _delete_lease(coord: client.CoordinationV1Api, name: str) -> None:
+    """Delete medik8s Lease ``name`` if it is there."""
+    try:
+        coord.delete_namespaced_lease(name, "medik8s-leases")
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
