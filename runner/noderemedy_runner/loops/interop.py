@@ -95,13 +95,8 @@ def _lease(
     )
 
 
-#: ``current`` of :func:`take_medik8s_lease` and ``lease`` of :func:`start_holds` when the caller
-#: has not read the Lease: they read it themselves.
-UNREAD: Any = object()
-
-
 def take_medik8s_lease(
-    api: client.ApiClient, node: Mapping[str, Any], now: float, current: Any = UNREAD
+    api: client.ApiClient, node: Mapping[str, Any], now: float, current: Mapping[str, Any] | None
 ) -> str | None:
     """Take or renew ``medik8s-leases/node-<name>`` for :data:`~noderemedy_runner.machines.guards.LEASE_HOLDER`,
     as medik8s' lease manager ``RequestLease`` does (create; renew our own; take over an expired
@@ -111,14 +106,12 @@ def take_medik8s_lease(
     namespace (no medik8s component installed) is not an error: nothing to coordinate with.
 
     ``current``: the Lease as the caller read it (:func:`read_medik8s_lease`: a dict, or None when
-    there is none), else it is read now. The write is conditional on that read (a create fails on
+    there is none). The write is conditional on that read (a create fails on
     an existing Lease, a replace carries its resourceVersion), so a change since the read is a 409
     and answers "changed concurrently", as a lost race does."""
     name = str((node.get("metadata") or {}).get("name", ""))
     coord = kapi(api, client.CoordinationV1Api)
     stamp = datetime.fromtimestamp(now, UTC)
-    if current is UNREAD:
-        current = read_medik8s_lease(api, name)
     if current is None:
         try:
             coord.create_namespaced_lease(MEDIK8S_LEASE_NAMESPACE, _lease(node, stamp, stamp, 0))
@@ -217,11 +210,11 @@ def start_holds(
     now: float,
     max_restarts: int,
     max_power_fencing: int,
-    lease: Any = UNREAD,
+    lease: Mapping[str, Any] | None,
 ) -> dict[str, Hold]:
     """For NodeFence ``obj`` of ``node``: per step (Isolation, PowerManagement), the guard that
     holds it now, if any (:func:`noderemedy_runner.machines.guards.start_hold`). ``lease``: the
-    node's medik8s Lease as the caller read it (or None: none), else it is read here.
+    node's medik8s Lease as the caller read it (:func:`read_medik8s_lease`; None: none).
 
     The NodeMaintenances are read before the node itself: an admin who hands a node from a
     NodeMaintenance over to the maintenance annotation sets the annotation first, then deletes the
@@ -251,7 +244,7 @@ def start_holds(
         why = maintenance_of(this, nodemaintenances)
         if why is not None:
             maintenance[node] = why
-    holder = foreign_holder(read_medik8s_lease(api, node) if lease is UNREAD else lease, now)
+    holder = foreign_holder(lease, now)
     fleet = Fleet(
         control_plane=control_plane,
         ready=ready,
@@ -301,7 +294,6 @@ def claim_start(
 
 
 __all__ = [
-    "UNREAD",
     "claim_start",
     "list_nodefences",
     "list_nodemaintenances",

@@ -233,9 +233,8 @@ class NodeFenceReconciler(NodeFenceCleanup):
         cancel = cancel or threading.Event()
         held = self.held(name)
         written: dict[str, Any] | None = None  # our own write's answer: no GET after it
-        # the Node as read for the decision that wrote that status (or the finalizer): such a write
-        # changes no Node, so the next decision takes the same reading, as if both were one (each
-        # run, taint or other action on the node is followed by a read)
+        # the Node as read for the decision that wrote (status or finalizer): such a write changes no
+        # Node, so the next decision takes that reading; any other action is followed by a read
         seen: tuple[str, dict[str, Any] | None] | None = None
         for _ in range(max_actions):
             if cancel.is_set():
@@ -280,8 +279,9 @@ class NodeFenceReconciler(NodeFenceCleanup):
                 self._config_error(obj, THRESHOLD_INVALID, str(err))
                 return ERROR_REQUEUE_SECONDS
             now = self.clock()
-            reuse = after_write and seen is not None and seen[0] == node
-            node_obj = seen[1] if reuse and seen is not None else self.kube.get_node(node)
+            node_obj = (
+                seen[1] if after_write and seen is not None and seen[0] == node else self.kube.get_node(node)
+            )
             seen = (node, node_obj)
             ready, since = ready_condition(node_obj) if node_obj is not None else (False, None)
             if not ready and since is None:
