@@ -169,6 +169,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-concurrent-runs x N nodes are fenced at once",
     )
     act.add_argument(
+        "--shared-batch-size",
+        type=int,
+        default=100,
+        metavar="N",
+        help="most nodes in one batch whose step starts on one PDU or FC switch: one module call "
+        "switches all their plugs, so they need no fork each (forks stay at most --batch-size; "
+        "default %(default)s)",
+    )
+    act.add_argument(
         "--run-deadline",
         type=float,
         default=300.0,
@@ -362,6 +371,8 @@ def _check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         p.error(f"--batch-window: {args.batch_window} must be 0 (no batches) or more seconds")
     if args.batch_size < 1:
         p.error(f"--batch-size: {args.batch_size} must be at least 1")
+    if args.shared_batch_size < 1:
+        p.error(f"--shared-batch-size: {args.shared_batch_size} must be at least 1")
     if args.run_deadline <= 0:
         p.error(f"--run-deadline: {args.run_deadline} must be positive")
     if not 0 <= args.run_nice <= 19:

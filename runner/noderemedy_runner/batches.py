@@ -14,7 +14,8 @@ device answers -- a slow device delays only its host.
 Batches are formed per playbook *and* per shared device of the runs' first method
 (:mod:`noderemedy_runner.shared_devices`): the hosts of a batch on one PDU or FC switch get one
 module call for all their plugs, each host then taking its own plug's read-back, so a slow shared
-device delays only the hosts on it.
+device delays only the hosts on it. Such a batch holds up to ``shared_batch_size`` hosts (its
+forks stay at most ``batch_size``).
 
 Every safety decision stays per custom resource: batching happens below the state machines, after
 each one's own ``decide`` (guards, storm guard, quorum, maintenance, levels, the release rate
@@ -43,7 +44,6 @@ not done yet go into a new batch, their segment again from its start (an idempot
 from __future__ import annotations
 
 import contextvars
-import json
 import logging
 import re
 import shutil
@@ -54,8 +54,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from noderemedy_runner.batch_hosts import (
+    finish_host_artifacts,
+    host_outcome,
+    rotate_batches,
+    start_host_artifacts,
+    write_host_event,
+)
 from noderemedy_runner.executor import CANCELED, Executor, RunRequest
-from noderemedy_runner.outcomes import RunOutcome, outcome_from_events
+from noderemedy_runner.outcomes import RunOutcome
 from noderemedy_runner.run_processes import (
     CANCEL_POLL_SECONDS,
     kill_run_processes,
@@ -83,12 +90,13 @@ BATCH_WINDOW = 0.25
 GATHER_WINDOWS = 8
 #: Default most hosts in one batch (and Ansible forks of its run).
 BATCH_SIZE = 20
+#: Default most hosts in one batch whose runs switch plugs of one shared PDU or FC switch first:
+#: their step costs them one module call for all their plugs, not a fork each.
+SHARED_BATCH_SIZE = 100
 #: :class:`BatchingExecutor`'s own keyword arguments (the others are :class:`Executor`'s).
-BATCH_OPTIONS = ("batch_window", "batch_size", "idle_start", "busy_resources")
+BATCH_OPTIONS = ("batch_window", "batch_size", "shared_batch_size", "idle_start", "busy_resources")
 #: Seconds past the run deadline a canceled caller waits for its batch's processes to be gone.
 STOP_GRACE_SECONDS = 30.0
-#: ansible-playbook's exit codes: a host failed, a host was unreachable.
-RC_FAILED, RC_UNREACHABLE = 2, 4
 _HOST_RE = re.compile(r"[^A-Za-z0-9._-]")
 _HOST_EVENTS = ("runner_on_ok", "runner_on_failed", "runner_on_unreachable", "runner_on_skipped")
 
@@ -133,115 +141,6 @@ def gather_deadline(first: float, last: float, window: float) -> float:
     coming makes a few large ones. A run that finds its playbook idle does not gather at all
     (:class:`BatchingExecutor` ``idle_start``). Pure."""
     return min(last + window, first + window * GATHER_WINDOWS)
-
-
-def host_stats(host: str, events: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """A ``playbook_on_stats`` event for ``host`` alone, counted from its own task events (what
-    Ansible's recap says of that host: ``ok`` includes ``changed``; ``failures`` leaves out
-    ignored errors; ``dark`` the unreachable tasks). Pure."""
-    ok = changed = failures = dark = skipped = 0
-    for ev in events:
-        kind, data = ev.get("event"), ev.get("event_data") or {}
-        res = data.get("res") or {}
-        if kind == "runner_on_ok":
-            ok += 1
-            changed += 1 if isinstance(res, Mapping) and res.get("changed") else 0
-        elif kind == "runner_on_failed":
-            if data.get("ignore_errors"):
-                ok += 1
-            else:
-                failures += 1
-        elif kind == "runner_on_unreachable":
-            dark += 1
-        elif kind == "runner_on_skipped":
-            skipped += 1
-    counts = {"ok": ok, "changed": changed, "failures": failures, "dark": dark, "skipped": skipped}
-    return {"event": "playbook_on_stats", "event_data": {k: {host: v} for k, v in counts.items()}}
-
-
-def host_outcome(
-    ident: str,
-    host: str,
-    events: Sequence[Mapping[str, Any]],
-    end: str | None,
-    batch_status: str | None,
-    seconds: float,
-    artifact_dir: str = "",
-) -> RunOutcome:
-    """The :class:`~noderemedy_runner.outcomes.RunOutcome` of one host of a batch, as a run of its
-    own would have given it: ``events`` are the host's task events (a stats event of its own is
-    added, :func:`host_stats`), ``end`` how they ended (:func:`ends_host`; None: they did not, the
-    run ended first with ``batch_status``: ``timeout``, ``canceled``, ``error``, ...). Pure."""
-    all_events = [*events, host_stats(host, events)]
-    notes: tuple[str, ...] = ()
-    if end == "done":
-        status, rc = "successful", 0  # unless a task failed (ignored errors do not count), below
-    elif end == "failed":
-        status, rc = "failed", RC_FAILED
-    elif end == "unreachable":
-        status, rc = "failed", RC_UNREACHABLE
-    else:
-        status, rc = batch_status or "error", None
-        if status == "successful":  # the run ended without this host going through the play
-            status = "failed"
-            notes = ("the batch ended before this host's last task",)
-    outcome = outcome_from_events(
-        ident, status, rc, all_events, seconds=seconds, artifact_dir=artifact_dir, notes=notes
-    )
-    if end == "done" and outcome.failed:
-        return replace(outcome, status="failed", rc=RC_FAILED)
-    return outcome
-
-
-def _start_artifacts(art: Path) -> None:
-    """Begin one host's artifacts (``<private data dir>/artifacts/<ident>/job_events/``, emptied):
-    the run is under way, as ansible-runner's own artifacts say at a run's start."""
-    try:
-        if art.exists():
-            shutil.rmtree(art, ignore_errors=True)
-        (art / "job_events").mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        log.warning("artifacts %s: %s", art, exc)
-
-
-def _write_event(art: Path, event: Mapping[str, Any], n: int) -> None:
-    """One of the host's job events, as ``job_events/<n>-<uuid>.json`` (n: its place among the
-    host's events)."""
-    try:
-        (art / "job_events" / f"{n}-{event.get('uuid') or n}.json").write_text(json.dumps(event))
-    except OSError as exc:
-        log.warning("artifacts %s: %s", art, exc)
-
-
-def finish_host_artifacts(
-    art: Path, host: str, events: Sequence[Mapping[str, Any]], outcome: RunOutcome
-) -> None:
-    """End one host's artifacts in ``art`` (``<private data dir>/artifacts/<ident>``) as those of a
-    run of its own: its task events (written as they came, rewritten here when missing), a
-    ``playbook_on_stats`` of its own (:func:`host_stats`), ``rc``, then ``status`` last, so a
-    process killed while writing leaves artifacts :meth:`~noderemedy_runner.executor.Executor.recover`
-    discards (as it does those of a ``canceled`` run). Raises OSError."""
-    jobs = art / "job_events"
-    jobs.mkdir(parents=True, exist_ok=True)
-    for n, ev in enumerate(events, 1):
-        path = jobs / f"{n}-{ev.get('uuid') or n}.json"
-        if not path.exists():
-            path.write_text(json.dumps(ev))
-    (jobs / f"{len(events) + 1}-stats.json").write_text(json.dumps(host_stats(host, events)))
-    (art / "rc").write_text(str(outcome.rc if outcome.rc is not None else -1))
-    (art / "status").write_text(outcome.status)
-
-
-def rotate_batches(batches_dir: Path, keep: int) -> None:
-    """Remove all but the ``keep`` newest batch data dirs under ``batches_dir`` (by mtime; a
-    batch in flight is among the newest). Each host's own artifacts live in its custom resource's
-    data dir and are rotated there."""
-    try:
-        dirs = sorted((d for d in batches_dir.iterdir() if d.is_dir()), key=lambda d: d.stat().st_mtime)
-    except OSError:
-        return
-    for old in dirs[: max(0, len(dirs) - max(1, keep))]:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 @dataclass(eq=False)
@@ -300,14 +199,19 @@ class BatchingExecutor(Executor):
             (``batch_size`` hosts) starts at once.
         batch_size: most hosts in one run, and its Ansible forks (>= 1). A batch takes one of
             the ``max_concurrent_runs`` slots: at most ``max_concurrent_runs * batch_size``
-            hosts run at once.
+            forks run at once.
+        shared_batch_size: most hosts in one batch whose runs switch plugs of one shared device
+            first (``shared_devices.shared_key``; >= 1): one module call serves them all, and
+            the hosts it settles need no fork, so such a batch may hold more hosts than forks
+            (its forks stay at most ``batch_size``): a rack of 40 goes in one batch per step.
         idle_start: a run that finds its playbook idle (:meth:`idle`) starts at once: one
             failed node pays no window. False: every batch gathers.
         busy_resources: how many custom resources are being reconciled now (the watcher's
             workers, :meth:`idle`); None: not asked.
 
     Only :data:`BATCHED_PLAYBOOKS` are batched; other runs go as before, one run each.
-    Raises ValueError on ``batch_window`` <= 0 or ``batch_size`` < 1 (and what the base raises).
+    Raises ValueError on ``batch_window`` <= 0, ``batch_size`` or ``shared_batch_size`` < 1 (and
+    what the base raises).
     """
 
     def __init__(
@@ -317,6 +221,7 @@ class BatchingExecutor(Executor):
         *,
         batch_window: float = BATCH_WINDOW,
         batch_size: int = BATCH_SIZE,
+        shared_batch_size: int = SHARED_BATCH_SIZE,
         idle_start: bool = True,
         busy_resources: Callable[[], int] | None = None,
         **kwargs: Any,
@@ -326,8 +231,11 @@ class BatchingExecutor(Executor):
             raise ValueError(f"batch_window = {batch_window}: must be > 0 seconds")
         if batch_size < 1:
             raise ValueError(f"batch_size = {batch_size}: must be >= 1")
+        if shared_batch_size < 1:
+            raise ValueError(f"shared_batch_size = {shared_batch_size}: must be >= 1")
         self.batch_window = batch_window
         self.batch_size = batch_size
+        self.shared_batch_size = shared_batch_size
         self.idle_start = idle_start
         self.busy_resources = busy_resources
         self._lock = threading.Lock()
@@ -383,7 +291,9 @@ class BatchingExecutor(Executor):
         """Put ``req`` into the open batch of ``playbook`` and of its first method's shared device
         (``shared_devices.shared_key``; a new batch, whose runner thread this starts, when there
         is none, it is full or it has a host of the same name)."""
-        key = f"{playbook}\0{shared_key(playbook, req.extravars)}"
+        device = shared_key(playbook, req.extravars)
+        key = f"{playbook}\0{device}"
+        size = self.shared_batch_size if device else self.batch_size
         with self._lock:
             batch = self._pending.get(key)
             lead = batch is None or batch.closed or req.host in batch.hosts()
@@ -395,7 +305,7 @@ class BatchingExecutor(Executor):
             batch.requests.append(req)
             batch.last_join = time.monotonic()
             req.batch = batch
-            if len(batch.requests) >= self.batch_size:
+            if len(batch.requests) >= size:
                 batch.closed = True
                 batch.full.set()
                 if self._pending.get(key) is batch:
@@ -479,7 +389,7 @@ class BatchingExecutor(Executor):
                 r.name,
                 extra={"batch": ident},
             )
-            _start_artifacts(r.private / "artifacts" / r.ident)
+            start_host_artifacts(r.private / "artifacts" / r.ident)
 
         def deliver(req: _Request, outcome: RunOutcome, events: Sequence[Mapping[str, Any]]) -> None:
             art = req.private / "artifacts" / req.ident
@@ -509,7 +419,7 @@ class BatchingExecutor(Executor):
             if req is None or req.done.is_set() or ev.get("event") not in _HOST_EVENTS:
                 return
             host_events[req.host].append(ev)
-            _write_event(req.private / "artifacts" / req.ident, ev, len(host_events[req.host]))
+            write_host_event(req.private / "artifacts" / req.ident, ev, len(host_events[req.host]))
             end = ends_host(ev)
             if end is not None:
                 outcome = host_outcome(
@@ -544,7 +454,7 @@ class BatchingExecutor(Executor):
                 extravars,
                 token,
                 canceled,
-                env={"ANSIBLE_FORKS": str(len(live)), "ANSIBLE_STRATEGY": "free"},
+                env={"ANSIBLE_FORKS": str(min(len(live), self.batch_size)), "ANSIBLE_STRATEGY": "free"},
                 priority=min(r.priority for r in live),
                 event_handler=on_event,
             )
@@ -593,6 +503,5 @@ def _with_failed(outcome: RunOutcome, message: str) -> RunOutcome:
 
 __all__ = [
     "BATCHED_PLAYBOOKS", "BATCH_OPTIONS", "BATCH_SIZE", "BATCH_WINDOW", "DONE_FACT", "HOSTS_VAR",
-    "BatchingExecutor", "ends_host", "event_host", "host_name", "host_outcome", "host_stats",
-    "rotate_batches", "finish_host_artifacts",
+    "BatchingExecutor", "ends_host", "event_host", "gather_deadline", "host_name",
 ]  # fmt: skip

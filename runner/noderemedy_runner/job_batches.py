@@ -352,6 +352,7 @@ def _batch_job_run(run: Mapping[str, Any], playbook_dir: Path | None, data_dir: 
         collections_path=collections,
         max_concurrent_runs=1,
         batch_size=len(runs),
+        shared_batch_size=len(runs),
     )
     outcomes: dict[str, RunOutcome] = {}
 

@@ -66,12 +66,14 @@ STOP_BOUND = 10.0
 STOP_TARGET = 3.0
 
 #: Seconds after the start of a run at which the SIGTERM lands in that run: the playbook is then
-#: past its start-up and inside the step's module (the BMC's power-off, the FC switch's SET).
-INTO_RUN = 1.5
+#: past its start-up (about 0.5 s) and in the step's tasks. A one-host ``ipmi-on`` run took 1.50 s
+#: on an idle 2-core machine, so a later point can miss the run altogether.
+INTO_RUN = 1.0
 #: The same for a Job's run, counted from the Job seen active: its pod starts, then the pod's Python
 #: and Ansible (about 2 to 4 s in the lab). The pod's phase is not asked: a busy kubelet can post
-#: Pending, then Succeeded, for a pod that ran.
-INTO_JOB_RUN = 5.0
+#: Pending, then Succeeded, for a pod that ran. On an idle machine the ``ipmi-on`` Job was complete
+#: 6.1 s after the runner created it, so the point is 2.5 s in, not later.
+INTO_JOB_RUN = 2.5
 
 
 #: The detector runs too (as in a deployment; its wait for node changes must end on a stop), on a

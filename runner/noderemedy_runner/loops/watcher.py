@@ -25,7 +25,7 @@ from typing import Any
 
 from kubernetes import client
 
-from noderemedy_runner.batches import BATCH_SIZE, BatchingExecutor
+from noderemedy_runner.batches import BATCH_SIZE, SHARED_BATCH_SIZE, BatchingExecutor
 from noderemedy_runner.config.fence import CloudDefaults
 from noderemedy_runner.config.remedy import ConfigurationSet
 from noderemedy_runner.config.selectors import LabelSelector
@@ -77,6 +77,8 @@ class Watcher:
             hosts (:class:`~noderemedy_runner.batches.BatchingExecutor`, in-process runs only);
             0: every run on its own.
         batch_size: most hosts in one batch run (its Ansible forks).
+        shared_batch_size: most hosts in one batch whose runs switch plugs of one shared PDU or
+            FC switch first (its forks stay at most ``batch_size``).
         idle_start: a run that finds its playbook idle, its resource the only one being
             reconciled (:meth:`reconciling`), starts at once, without the window
             (:meth:`~noderemedy_runner.batches.BatchingExecutor.idle`).
@@ -117,6 +119,7 @@ class Watcher:
         max_concurrent_runs: int = 4,
         batch_window: float = 0.0,
         batch_size: int = BATCH_SIZE,
+        shared_batch_size: int = SHARED_BATCH_SIZE,
         idle_start: bool = True,
         run_deadline: float = 300,
         run_nice: int = RUN_NICE,
@@ -163,6 +166,7 @@ class Watcher:
                 found_playbooks,
                 batch_window=batch_window,
                 batch_size=batch_size,
+                shared_batch_size=shared_batch_size,
                 idle_start=idle_start,
                 busy_resources=self.reconciling,
                 **run_options,
@@ -183,6 +187,7 @@ class Watcher:
                     pod=job_pod,
                     batch_window=batch_window,
                     batch_size=batch_size,
+                    shared_batch_size=shared_batch_size,
                     idle_start=idle_start,
                     busy_resources=self.reconciling,
                     **run_options,

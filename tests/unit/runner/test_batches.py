@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from noderemedy_runner.batch_hosts import host_outcome, host_stats, rotate_batches
 from noderemedy_runner.batches import (
     DONE_FACT,
     GATHER_WINDOWS,
@@ -22,9 +23,6 @@ from noderemedy_runner.batches import (
     ends_host,
     gather_deadline,
     host_name,
-    host_outcome,
-    host_stats,
-    rotate_batches,
 )
 from noderemedy_runner.executor import Executor
 from noderemedy_runner.machines.actions import Action
@@ -454,3 +452,36 @@ def test_runs_on_two_pdus_go_in_a_batch_per_pdu_each_with_its_plugs_for_one_call
         shared.append(json.loads(argv[argv.index("-e") + 1])["noderemedy_shared_device"])
     got = sorted((s["method"]["ipaddr"], s["hosts"], s["plugs"]) for s in shared)
     assert got == [("127.0.0.1", ["nf-a", "nf-b"], ["1", "2"]), ("127.0.0.2", ["nf-c", "nf-d"], ["1", "2"])]
+
+
+def test_a_batch_on_a_shared_device_holds_more_hosts_than_forks(tmp_path: Path, playbooks: Path) -> None:
+    """With a window of 600 s a batch starts only when full: three runs on one PDU fill a batch of
+    ``shared_batch_size`` 3 where ``batch_size`` is 2, and its forks stay at 2. Runs on no shared
+    device still fill a batch at ``batch_size``."""
+    ex = BatchingExecutor(
+        tmp_path / "runs", playbooks, batch_window=600.0, batch_size=2, shared_batch_size=3,
+        run_deadline=60, idle_start=False,
+    )  # fmt: skip
+    forks: list[str] = []
+    real_run = ex.ansible_run
+
+    def spy(*args: Any, **kwargs: Any) -> Any:  # the real run, its forks noted
+        forks.append(kwargs["env"]["ANSIBLE_FORKS"])
+        return real_run(*args, **kwargs)
+
+    ex.ansible_run = spy  # type: ignore[method-assign]
+    on_pdu = {
+        f"nf-{h}": step(f"nf-{h}-r0", h, methods=pdu_off(str(i), "127.0.0.1:161"))
+        for i, h in enumerate("abc")
+    }
+    out, _ = run_all(ex, on_pdu)
+    assert all(o.succeeded for o in out.values()), out
+    assert (ex.batches_started, ex.hosts_served, forks) == (1, 3, ["2"])
+    out, _ = run_all(ex, {f"nf-{h}": step(f"nf-{h}-r0", h) for h in "de"})
+    assert all(o.succeeded for o in out.values()), out
+    assert (ex.batches_started, ex.hosts_served, forks) == (2, 5, ["2", "2"])
+
+
+def test_shared_batch_size_is_checked(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="shared_batch_size"):
+        BatchingExecutor(tmp_path, tmp_path, shared_batch_size=0)

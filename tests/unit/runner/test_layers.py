@@ -42,6 +42,7 @@ LAYERS: dict[str, str] = {
     "noderemedy_runner.job_manifests": "executors",  # pure, but names the Jobs the executors make
     "noderemedy_runner.outcomes": "executors",  # what a run did, read from its job events
     "noderemedy_runner.batches": "executors",  # runs of many hosts at once, beside the executor
+    "noderemedy_runner.batch_hosts": "executors",  # one host's outcome and artifacts in a batch
     "noderemedy_runner.shared_devices": "executors",  # pure: which hosts of a batch share a device call
     "noderemedy_runner.shared_results": "executors",  # pure: what a shared device call settles, per host
     "noderemedy_runner.playbooks": "executors",

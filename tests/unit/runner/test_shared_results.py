@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from noderemedy_runner.batches import ends_host, host_outcome
+from noderemedy_runner.batch_hosts import host_outcome
+from noderemedy_runner.batches import ends_host
 from noderemedy_runner.outcomes import (
     RELEASE_MODULE,
     SHARED_RELEASE_MODULE,
