@@ -56,8 +56,9 @@ def host_outcome(
 ) -> RunOutcome:
     """The :class:`~noderemedy_runner.outcomes.RunOutcome` of one host of a batch, as a run of its
     own would have given it: ``events`` are the host's task events (a stats event of its own is
-    added, :func:`host_stats`), ``end`` how they ended (:func:`ends_host`; None: they did not, the
-    run ended first with ``batch_status``: ``timeout``, ``canceled``, ``error``, ...). Pure."""
+    added, :func:`host_stats`), ``end`` how they ended
+    (:func:`~noderemedy_runner.batches.ends_host`; None: they did not, the run ended first with
+    ``batch_status``: ``timeout``, ``canceled``, ``error``, ...). Pure."""
     all_events = [*events, host_stats(host, events)]
     notes: tuple[str, ...] = ()
     if end == "done":
