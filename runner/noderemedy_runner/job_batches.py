@@ -115,6 +115,17 @@ def batch_runs(run: Mapping[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def batch_forks(run: Mapping[str, Any], runs: int) -> int:
+    """The Ansible forks of a batch's pod: ``run["forks"]``, the runner's ``--batch-size`` (a
+    batch on a shared device may hold more hosts than that: ``--shared-batch-size``), or ``runs``
+    when the description has none (a Job written before the field). Pure. Raises ValueError
+    naming ``forks`` when it is not a positive integer."""
+    forks = run.get("forks", runs)
+    if isinstance(forks, bool) or not isinstance(forks, int) or forks < 1:
+        raise ValueError(f"forks: a positive integer is required, got {forks!r}")
+    return forks
+
+
 def outcomes_configmap(
     name: str, namespace: str, outcomes: Mapping[str, RunOutcome], owner: Mapping[str, str] | None
 ) -> dict[str, Any]:
@@ -289,7 +300,7 @@ class JobBatchingExecutor(BatchingExecutor):
             name=jname,
             namespace=self.namespace,
             node="",
-            run={"playbook": batch.playbook, "ident": ident, "runs": runs},
+            run={"playbook": batch.playbook, "ident": ident, "runs": runs, "forks": self.batch_size},
             pod=self.pod,
             deadline=self.run_deadline,
             owner=None,
@@ -341,6 +352,7 @@ def _batch_job_run(run: Mapping[str, Any], playbook_dir: Path | None, data_dir: 
     """The pod's side of a batch (module docstring); exit code as :func:`job_run`."""
     try:
         runs = batch_runs(run)
+        forks = batch_forks(run, len(runs))
         playbook, ident = str(run["playbook"]), str(run["ident"])
     except (KeyError, ValueError) as exc:
         print(f"noderemedy-runner --job-run: ${JOB_ENV}: {exc}", file=sys.stderr)
@@ -351,7 +363,7 @@ def _batch_job_run(run: Mapping[str, Any], playbook_dir: Path | None, data_dir: 
         playbooks,
         collections_path=collections,
         max_concurrent_runs=1,
-        batch_size=len(runs),
+        batch_size=forks,  # the runner's own: no batch off a shared device holds more
         shared_batch_size=len(runs),
     )
     outcomes: dict[str, RunOutcome] = {}
@@ -412,6 +424,7 @@ __all__ = [
     "OUTCOMES_KEY",
     "JobBatchingExecutor",
     "batch_message",
+    "batch_forks",
     "batch_runs",
     "job_run",
     "missing_outcome",

@@ -11,6 +11,7 @@ from test_jobs import RUNNER_POD, manifest
 
 from noderemedy_runner.job_batches import (
     OUTCOMES_KEY,
+    batch_forks,
     batch_message,
     batch_runs,
     missing_outcome,
@@ -111,6 +112,14 @@ def test_a_batch_description_is_checked_naming_the_field():
         batch_runs({"runs": [{**run(0), "extravars": "node=x"}]})
     with pytest.raises(ValueError, match=r"runs\[1\]\.ident: .* twice"):
         batch_runs({"runs": [run(0), run(0)]})
+
+
+def test_a_batch_pods_forks_are_the_runners_batch_size_or_its_runs_for_an_older_job():
+    assert batch_forks({"runs": [], "forks": 20}, 100) == 20
+    assert batch_forks({"runs": []}, 7) == 7  # a Job written before the field
+    for bad in (0, -1, "20", True, 2.5):
+        with pytest.raises(ValueError, match=r"^forks: "):
+            batch_forks({"forks": bad}, 3)
 
 
 def outcome(ident: str, **kw) -> RunOutcome:
