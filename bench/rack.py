@@ -288,6 +288,7 @@ def run_ours(lab: Lab, rack: Rack, tmp: Path, label: str, executor: str, mpf: st
             "--run-env", f"SNMP_PERSISTENT_DIR={lab.info['devices']['snmp_persistent_dir']}"]  # fmt: skip
     if mpf != "default":
         argv += ["--max-power-fencing", mpf]
+    argv += args.runner_arg
     env = {**os.environ, **(job["env"] if job else {})}
     runner = subprocess.Popen(argv, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env)
     obs = RackObserver(lab.api_client(), set(nodes))
@@ -410,6 +411,9 @@ def main() -> int:
                     help="the rack is the first N of --nodes (default: all), the storm guard at its default; "
                     "results under racks.fail_<N>_of_<nodes>, peers.json untouched")  # fmt: skip
     ap.add_argument("--timeout", type=float, default=480, help="seconds a phase may take after the failure")
+    ap.add_argument("--runner-arg", action="append", default=[], metavar="ARG",
+                    help="one more argument for our runner, e.g. --runner-arg=--run-nice=0 (repeatable; in the "
+                    "results' command)")  # fmt: skip
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "rack.json")
     ap.add_argument("--peers-out", type=Path, default=ROOT / "bench" / "results" / "peers.json")
     ap.add_argument("--plot", type=Path, default=tables.RELEASE_PLOT,

@@ -199,7 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=0.5,
         metavar="SECONDS",
-        help="how often NodeFence and Metal3Remediation objects are listed (default %(default)s)",
+        help="how often the watcher looks for NodeFences and Metal3Remediations due for a reconcile "
+        "(default %(default)s); it schedules them from its watches, and lists them every 30 s",
     )
     act.add_argument(
         "--run-env",

@@ -224,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
                 job_pod=job_pod,
                 configs=configs,
                 default_executor=args.executor,
+                nodes=detector.nodes if detector is not None else None,
             )
             metrics.count_runs_in_flight(lambda: watcher.executor.in_flight)
             w = threading.Thread(target=watcher.run, args=(work_stop,), name="watcher", daemon=True)

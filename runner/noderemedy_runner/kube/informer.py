@@ -36,7 +36,9 @@ class Informer:
     """List then watch ``list_call`` (a ``list_*`` method of an API from
     :func:`noderemedy_runner.kube.client.api`, its positional arguments bound) until ``stop``.
 
-    ``synced`` is set after the first list; ``errors`` counts relists after failures, and
+    ``synced`` is set after the first list; ``missing`` while the resource type does not exist
+    (its list answered 404: a CRD not installed, so there is nothing of it); ``errors`` counts
+    relists after failures, and
     ``on_error`` (if given) is called at each, before the wait and the relist: a cache built from
     the events may have missed some until ``on_reset`` is called again.
     """
@@ -58,6 +60,7 @@ class Informer:
         self.missing_retry = missing_retry
         self.on_error = on_error
         self.synced = threading.Event()
+        self.missing = threading.Event()
         self.errors = 0
 
     def run(self, stop: threading.Event) -> None:
@@ -69,10 +72,12 @@ class Informer:
                 doc = json.loads(resp.data)
                 rv = doc["metadata"]["resourceVersion"]
                 self.on_reset(doc.get("items") or [])
+                self.missing.clear()
                 self.synced.set()
                 missing_logged = False
                 self._watch(rv, stop)
             except NotFound:
+                self.missing.set()
                 if not missing_logged:
                     log.info(
                         "%s: the resource type is not installed; looking again every %g s",

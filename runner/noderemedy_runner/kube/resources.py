@@ -27,6 +27,7 @@ from noderemedy_runner.kube.client import api
 from noderemedy_runner.kube.configmaps import ConfigMapCache
 from noderemedy_runner.kube.errors import KubeError, NotFound
 from noderemedy_runner.kube.events import EventRecorder
+from noderemedy_runner.kube.watched import WatchedList
 from noderemedy_runner.times import parse_time
 
 #: (group, version, plural, kind) of the custom resources the runner reads or writes.
@@ -86,6 +87,11 @@ class KubeIO:
         #: the watched ConfigMaps of one namespace (:meth:`get_configmap_data` reads them there
         #: first); None: every read goes to the API
         self.configmaps: ConfigMapCache | None = None
+        #: every Node's guard facts (:func:`~noderemedy_runner.kube.watched.node_facts`) and every
+        #: NodeFence, kept by watches (:meth:`recent_nodes`, :meth:`recent_nodefences` answer from
+        #: them once they have listed); None: listed at each call
+        self.watched_nodes: WatchedList | None = None
+        self.watched_nodefences: WatchedList | None = None
 
     # --- reads -----------------------------------------------------------------------------
     def list_custom(self, crd: CRD, namespace: str | None = None) -> list[dict[str, Any]]:
@@ -126,18 +132,30 @@ class KubeIO:
             return None
 
     def recent_nodes(self, max_age: float = NODE_LIST_SECONDS) -> tuple[dict[str, Any], ...]:
-        """Every Node, from a list made at most ``max_age`` seconds ago (monotonic clock) by any
-        caller of this KubeIO, else listed now. For fleet-wide counts that a second's age does not
-        change (which nodes are Ready, which are control-plane): when a rack fails, its NodeFences
-        start their steps within seconds of each other, and one list of 1,000 Nodes each made the
-        API server time out. Callers waiting for a list in progress take its result. Not for a
-        node's own fields that must be read after something else (read :meth:`get_node`). A tuple:
-        every caller gets the same one, which none may change."""
+        """Every Node's name, labels, taints and conditions: from :attr:`watched_nodes` once it has
+        listed, else from a list made at most ``max_age`` seconds ago (monotonic clock) by any
+        caller of this KubeIO, else listed now. For fleet-wide counts (which nodes are Ready, which
+        are control-plane, which released): when a rack fails, its NodeFences start their steps
+        within seconds of each other, and one list of 1,000 Nodes each made the API server time
+        out. Callers waiting for a list in progress take its result. Not for a node's own fields
+        that must be read after something else (read :meth:`get_node`). A tuple: every caller
+        gets the same one, which none may change."""
+        watched = self.watched_nodes.items() if self.watched_nodes is not None else None
+        if watched is not None:
+            return watched
         with self._nodes_lock:
             if self._nodes is None or time.monotonic() - self._nodes[0] > max_age:
                 items = read_json(self.core.list_node(_preload_content=False)).get("items") or []
                 self._nodes = (time.monotonic(), tuple(items))
             return self._nodes[1]
+
+    def recent_nodefences(self) -> tuple[dict[str, Any], ...]:
+        """Every NodeFence: from :attr:`watched_nodefences` once it has listed (a watch event
+        behind the API), else listed now. The same dicts to every caller: none may change them."""
+        watched = self.watched_nodefences.items() if self.watched_nodefences is not None else None
+        if watched is not None:
+            return watched
+        return tuple(self.list_custom(NODEFENCE))
 
     def get_configmap_data(self, namespace: str, name: str) -> dict[str, Any] | None:
         """``data`` of ConfigMap ``namespace/name`` ({} when empty), or None when it does not exist.

@@ -53,6 +53,7 @@ from noderemedy_runner.kube.errors import Conflict, KubeError, NotFound
 from noderemedy_runner.kube.events import COMPONENT, EventRecorder
 from noderemedy_runner.kube.informer import Informer
 from noderemedy_runner.kube.leases import MANAGED_BY_LABEL, NodeLeases
+from noderemedy_runner.kube.watched import WatchedList, node_facts
 from noderemedy_runner.logs import bind
 from noderemedy_runner.loops.storm_status import STATUS_CONFIGMAP, StatusConfigMap, changed, storm_event
 from noderemedy_runner.machines import detection as detect
@@ -137,6 +138,9 @@ class Detector:
         self._created_at: dict[str, float] = {}
         self._dirty = threading.Event()
         self._informers: list[Informer] = []
+        #: the Node watch, shared with the watcher's guards (KubeIO.watched_nodes): one watch of
+        #: every Node per runner
+        self.nodes = WatchedList("nodes", self._list_nodes, node_facts, self._reset_nodes, self._node_event)
         self._last_lease_upkeep = 0.0
         self._foreign: dict[str, tuple[str, float]] = {}  # node -> (holder, expiry) of others' Leases
         self.last_plan: Plan | None = None
@@ -201,7 +205,7 @@ class Detector:
         """Start the Node and NodeFence informers in daemon threads; wait up to ``timeout`` s for
         their first list. Returns whether both synced."""
         self._informers = [
-            Informer("nodes", self._list_nodes, self._reset_nodes, self._node_event),
+            self.nodes.informer,
             Informer("nodefences", self._list_fences, self._reset_fences, self._fence_event),
         ]
         for inf in self._informers:

@@ -16,7 +16,7 @@ from kubernetes import client
 
 from noderemedy_runner.kube.client import api as kapi
 from noderemedy_runner.kube.errors import Conflict, NotFound
-from noderemedy_runner.kube.resources import NODEFENCE, KubeIO, ready_condition
+from noderemedy_runner.kube.resources import KubeIO, ready_condition
 from noderemedy_runner.loops.memory import out_of_service_tainted
 from noderemedy_runner.machines.actions import Step
 from noderemedy_runner.machines.conditions import parse_time
@@ -149,15 +149,6 @@ def release_medik8s_lease(api: client.ApiClient, node: str) -> None:
         pass
 
 
-def list_nodefences(api: client.ApiClient) -> list[dict[str, Any]]:
-    """Every NodeFence."""
-    group, version, plural, _kind = NODEFENCE
-    resp = kapi(api, client.CustomObjectsApi).list_cluster_custom_object(
-        group, version, plural, _preload_content=False
-    )
-    return _items(resp)
-
-
 def peer_of(
     obj: Mapping[str, Any],
     control_plane: frozenset[str],
@@ -220,10 +211,12 @@ def start_holds(
     NodeMaintenance over to the maintenance annotation sets the annotation first, then deletes the
     NodeMaintenance; read in this order, a list that no longer shows the NodeMaintenance is
     followed by a Node read that already shows the annotation, so no instant looks free. The
-    fleet's Ready, control-plane and out-of-service tainted nodes come from a list at most
-    :data:`~noderemedy_runner.kube.resources.NODE_LIST_SECONDS` old
-    (:meth:`~noderemedy_runner.kube.resources.KubeIO.recent_nodes`, shared by the NodeFences that
-    start at once); the other NodeFences (the concurrency limits) are listed now."""
+    fleet's Ready, control-plane and out-of-service tainted nodes, and the other NodeFences (the
+    concurrency limits), come from the watcher's watches of them
+    (:meth:`~noderemedy_runner.kube.resources.KubeIO.recent_nodes`,
+    :meth:`~noderemedy_runner.kube.resources.KubeIO.recent_nodefences`: a watch event behind the
+    API, where a list under a rack's load was seconds behind), or from lists until the watches
+    have listed."""
     api = kube.api
     nodemaintenances = list_nodemaintenances(api)
     this = kube.get_node(node)
@@ -234,7 +227,7 @@ def start_holds(
     meta = obj.get("metadata") or {}
     peers = tuple(
         p
-        for o in list_nodefences(api)
+        for o in kube.recent_nodefences()
         if (o.get("metadata") or {}).get("uid") != meta.get("uid")
         for p in (peer_of(o, control_plane, max_restarts, released),)
         if p is not None
@@ -295,7 +288,6 @@ def claim_start(
 
 __all__ = [
     "claim_start",
-    "list_nodefences",
     "list_nodemaintenances",
     "peer_of",
     "read_medik8s_lease",

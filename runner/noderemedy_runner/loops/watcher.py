@@ -1,13 +1,19 @@
 """The watcher loop: find NodeFence and (opted-in) Metal3Remediation objects and reconcile each.
 
-:class:`Watcher` lists the custom resources every ``poll_interval`` seconds and watches them
-(:class:`~noderemedy_runner.kube.informer.Informer`): a change wakes the loop at once, the listing
-is the resync. A restarted runner needs nothing but the objects' status to resume. Each custom
-resource gets at most one worker thread at a time; it runs the resource's reconciler until the
-machine waits, and the watcher schedules the next reconcile after that delay (at most
-``max_requeue`` seconds, so node changes are noticed). Playbook runs are bounded by the
-executor's ``max_concurrent_runs``; when a custom resource disappears, its in-flight run is
-canceled (its cancel event is set; ansible-runner kills the run).
+:class:`Watcher` watches the custom resources (:class:`~noderemedy_runner.kube.informer.Informer`):
+a change wakes the loop at once, and the loop looks every ``poll_interval`` seconds for workers
+that are due. It schedules them from what the watches delivered (:class:`_Keys`), and lists the
+resources themselves every :data:`RESYNC_SECONDS` (the resync, as controller-runtime's informers
+have one), or at every look while a watch has not listed yet. Listing at every look and every
+change, as before, made the loop a stream of lists of every NodeFence while a rack's NodeFences
+wrote their status, on the API server that their own reads and writes were waiting for.
+
+A restarted runner needs nothing but the objects' status to resume. Each custom resource gets at
+most one worker thread at a time; it runs the resource's reconciler until the machine waits,
+and the watcher schedules the next reconcile after that delay (at most ``max_requeue`` seconds,
+so node changes are noticed). Playbook runs are bounded by the executor's
+``max_concurrent_runs``; when a custom resource disappears, its in-flight run is canceled (its
+cancel event is set; ansible-runner kills the run).
 
 It runs inside ``noderemedy-runner`` (:mod:`noderemedy_runner.cli`; ``--reconcile-only`` runs it
 without the detector).
@@ -18,7 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +41,7 @@ from noderemedy_runner.jobs import JobExecutor, JobRuns
 from noderemedy_runner.kube.configmaps import ConfigMapCache
 from noderemedy_runner.kube.informer import Informer
 from noderemedy_runner.kube.resources import CRD, METAL3REMEDIATION, NODEFENCE, KubeIO
+from noderemedy_runner.kube.watched import WatchedList, node_facts
 from noderemedy_runner.logs import bind
 from noderemedy_runner.loops.devicecheck import DeviceChecker
 from noderemedy_runner.loops.memory import ERROR_REQUEUE_SECONDS
@@ -50,6 +57,82 @@ from noderemedy_runner.playbooks import playbook_root
 log = logging.getLogger(__name__)
 
 Key = tuple[str, str, str]  # (kind, namespace, name)
+
+#: Seconds between full listings of the custom resources while every watch has listed them once;
+#: between them, workers are scheduled from the watches' events (:class:`_Keys`).
+RESYNC_SECONDS = 30.0
+
+
+def _entry(
+    crd: CRD, obj: Mapping[str, Any], selector: LabelSelector | None
+) -> tuple[Key, tuple[str, str, bool]] | None:
+    """``obj``, of ``crd`` (NodeFence or Metal3Remediation), as the watcher schedules it: its key
+    and (resourceVersion, uid, being deleted: ``deletionTimestamp`` set while our finalizer holds
+    it); None for a Metal3Remediation that is not opted in (``selector``:
+    :func:`~noderemedy_runner.machines.metal3.opted_in`'s). The one rule of :meth:`Watcher._list`
+    and :class:`_Keys`."""
+    meta = obj.get("metadata") or {}
+    rv, uid = str(meta.get("resourceVersion", "")), str(meta.get("uid", ""))
+    if crd == NODEFENCE:
+        return ("NodeFence", "", str(meta.get("name"))), (rv, uid, bool(meta.get("deletionTimestamp")))
+    try:
+        mine = opted_in(meta, selector)
+    except ValueError:
+        mine = False
+    key: Key = ("Metal3Remediation", str(meta.get("namespace")), str(meta.get("name")))
+    return (key, (rv, uid, False)) if mine else None
+
+
+def _split(entries: Mapping[Key, tuple[str, str, bool]]) -> tuple[dict[Key, tuple[str, str]], set[Key]]:
+    """:func:`_entry`'s values as :meth:`Watcher.poll` takes them: key → (resourceVersion, uid),
+    and the keys being deleted."""
+    return {k: (rv, uid) for k, (rv, uid, _d) in entries.items()}, {k for k, e in entries.items() if e[2]}
+
+
+class _Keys:
+    """The custom resources of one kind (``crd``) as its watch delivered them (:func:`_entry`):
+    the informer's ``on_reset`` replaces them, its ``on_event`` updates one, then ``changed`` is
+    called (the watcher's wake-up). Thread-safe: the informer's thread writes, the loop reads."""
+
+    def __init__(self, crd: CRD, selector: LabelSelector | None, changed: Callable[[], None]) -> None:
+        self.crd = crd
+        self.selector = selector
+        self.changed = changed
+        self._lock = threading.Lock()
+        self._items: dict[Key, tuple[str, str, bool]] = {}
+
+    def reset(self, items: list[dict[str, Any]]) -> None:
+        """Every object of the kind, from a list."""
+        entries = (_entry(self.crd, obj, self.selector) for obj in items)
+        with self._lock:
+            self._items = dict(e for e in entries if e is not None)
+        self.changed()
+
+    def event(self, kind: str, obj: dict[str, Any]) -> None:
+        """One watch event (``kind``: ``ADDED``, ``MODIFIED`` or ``DELETED``) of ``obj``. A
+        DELETED object is dropped only when its uid is the one held (a late event of an object
+        deleted and created again under its name leaves the new one); an object no longer opted
+        in is dropped."""
+        meta = obj.get("metadata") or {}
+        entry = _entry(self.crd, obj, self.selector)
+        with self._lock:
+            if entry is not None and kind != "DELETED":
+                self._items[entry[0]] = entry[1]
+            else:
+                key: Key = (
+                    ("NodeFence", "", str(meta.get("name")))
+                    if self.crd == NODEFENCE
+                    else ("Metal3Remediation", str(meta.get("namespace")), str(meta.get("name")))
+                )
+                held = self._items.get(key)
+                if held is not None and (kind != "DELETED" or held[1] == str(meta.get("uid", ""))):
+                    del self._items[key]
+        self.changed()
+
+    def snapshot(self) -> dict[Key, tuple[str, str, bool]]:
+        """A copy of what is held now."""
+        with self._lock:
+            return dict(self._items)
 
 
 @dataclass
@@ -96,7 +179,8 @@ class Watcher:
         collections_path: ``ANSIBLE_COLLECTIONS_PATH`` for the runs; default: when running from a
             checkout, ``<data_dir>/collections`` with a ``noderemedy/core`` symlink to it.
         kubeconfig: path for the modules (``K8S_AUTH_KUBECONFIG``); None: in-cluster.
-        poll_interval: seconds between listings in :meth:`run`.
+        poll_interval: seconds between looks for due workers in :meth:`run` (a listing only at
+            each resync, :data:`RESYNC_SECONDS`, once the watches have listed).
         max_requeue: longest delay between two reconciles of a live custom resource, seconds.
         idle_requeue: delay after a reconcile with nothing to do (terminal, not opted in), seconds;
             a change of the object's resourceVersion wakes it earlier.
@@ -109,6 +193,8 @@ class Watcher:
             name its executor (``job`` needs ``job_pod``).
         default_executor: ``job`` or ``inprocess``, for runs whose remedy names none (None: ``job``
             when ``job_pod`` is given).
+        nodes: the Node watch the guards read (the detector's, when it runs in this process);
+            None: :meth:`run` starts one.
     """
 
     def __init__(
@@ -140,6 +226,7 @@ class Watcher:
         job_pod: Mapping[str, Any] | None = None,
         configs: ConfigurationSet | None = None,
         default_executor: str | None = None,
+        nodes: WatchedList | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -147,6 +234,7 @@ class Watcher:
         collections_path = collections_path or found_collections
         self.observer: Observer = observer or NullObserver()
         self.kube = KubeIO(api_client)
+        self.kube.watched_nodes = nodes
         #: the fence configurations, read at every decision of every NodeFence, from a watch
         #: started by :meth:`run` (until it has listed, and without it, each read is a GET)
         self.configmaps = ConfigMapCache(api_client, namespace)
@@ -257,25 +345,13 @@ class Watcher:
 
     def _list(self) -> tuple[dict[Key, tuple[str, str]], set[Key]]:
         """Every custom resource to reconcile → (resourceVersion, uid), and the NodeFences being
-        deleted (``deletionTimestamp`` set while our finalizer holds them)."""
-        out: dict[Key, tuple[str, str]] = {}
-        deleting: set[Key] = set()
-        for obj in self.kube.list_custom(NODEFENCE):
-            meta = obj.get("metadata") or {}
-            key = ("NodeFence", "", str(meta.get("name")))
-            out[key] = (str(meta.get("resourceVersion", "")), str(meta.get("uid", "")))
-            if meta.get("deletionTimestamp"):
-                deleting.add(key)
-        for obj in self.kube.list_custom(METAL3REMEDIATION):
-            meta = obj.get("metadata") or {}
-            try:
-                mine = opted_in(meta, self.metal3_selector)
-            except ValueError:
-                mine = False
-            if mine:
-                key = ("Metal3Remediation", str(meta.get("namespace")), str(meta.get("name")))
-                out[key] = (str(meta.get("resourceVersion", "")), str(meta.get("uid", "")))
-        return out, deleting
+        deleted (``deletionTimestamp`` set while our finalizer holds them), listed now."""
+        entries = [
+            _entry(crd, obj, self.metal3_selector)
+            for crd in (NODEFENCE, METAL3REMEDIATION)
+            for obj in self.kube.list_custom(crd)
+        ]
+        return _split(dict(e for e in entries if e is not None))
 
     def reconcile_key(self, key: Key, cancel: threading.Event | None = None) -> float | None:
         """Reconcile one custom resource; the delay before the next reconcile (None: none needed).
@@ -314,7 +390,7 @@ class Watcher:
         worker.thread = threading.Thread(target=body, name=f"reconcile-{key[0]}-{key[2]}", daemon=True)
         worker.thread.start()
 
-    def poll(self) -> None:
+    def poll(self, listing: tuple[dict[Key, tuple[str, str]], set[Key]] | None = None) -> None:
         """One round of :meth:`run`: start due workers, cancel those whose resource is gone, and
         cancel the fencing flow's run in flight of a NodeFence being deleted: the deletion's cleanup
         (loops/deletion.py) takes over from where the flow stopped, with a fresh cancel event.
@@ -322,8 +398,11 @@ class Watcher:
         A resource is gone when its name is no longer listed or names another object (another
         ``uid``: deleted and created again between two listings). Its worker is canceled and,
         once its thread has ended, dropped with the reconciler's memory of the name; the new
-        object then gets a worker of its own, never the old one's canceled event."""
-        keys, deleting = self._list()
+        object then gets a worker of its own, never the old one's canceled event.
+
+        ``listing``: the resources as the watches hold them (:class:`_Keys`), in :meth:`_list`'s
+        shape; None: listed now."""
+        keys, deleting = listing if listing is not None else self._list()
         now = time.monotonic()
         for key, worker in list(self._workers.items()):
             if key not in keys or keys[key][1] != worker.uid:
@@ -351,24 +430,38 @@ class Watcher:
                 worker.resource_version = rv
                 self._start(key, worker)
 
-    def _informer(self, crd: CRD, wake: threading.Event) -> Informer:
-        """An informer that sets ``wake`` on every change of a ``crd`` object, so a new or changed
-        object is reconciled at once; the periodic :meth:`poll` stays the resync and the source of
-        truth (the events carry nothing else). A kind whose CRD is not installed is looked for
-        again every 30 s."""
-        group, version, plural, kind = crd
+    def _watch(self, crd: CRD, keys: _Keys) -> WatchedList:
+        """A watch of every ``crd`` object that keeps ``keys`` (and through it wakes the loop) on
+        every change, so a new or changed object is reconciled at once; the loop lists the
+        objects themselves at each resync (:data:`RESYNC_SECONDS`). The NodeFences' watch also
+        serves the guards (:attr:`KubeIO.watched_nodefences
+        <noderemedy_runner.kube.resources.KubeIO.watched_nodefences>`). A kind whose CRD is not
+        installed is looked for again every 30 s."""
+        group, version, plural, _kind = crd
 
         def list_call(**kw: Any) -> Any:
             return self.kube.custom.list_cluster_custom_object(group, version, plural, **kw)
 
-        def changed(*_: object) -> None:
-            wake.set()
+        return WatchedList(crd[3], list_call, on_reset=keys.reset, on_event=keys.event)
 
-        return Informer(kind, list_call, changed, changed)
+    @staticmethod
+    def _watched(watches: list[tuple[Informer, _Keys]]) -> tuple[dict[Key, tuple[str, str]], set[Key]] | None:
+        """The resources as the watches hold them, once every watch has listed its kind (or found
+        it not installed: none of it); None before."""
+        entries: dict[Key, tuple[str, str, bool]] = {}
+        for informer, keys in watches:
+            if informer.missing.is_set():
+                continue
+            if not informer.synced.is_set():
+                return None
+            entries.update(keys.snapshot())
+        return _split(entries)
 
     def run(self, stop: threading.Event) -> None:
-        """Reconcile until ``stop`` is set: a full :meth:`poll` every ``poll_interval`` seconds, and
-        at once when a watch reports a NodeFence or Metal3Remediation change. Then cancel in-flight
+        """Reconcile until ``stop`` is set: a :meth:`poll` every ``poll_interval`` seconds, and at
+        once when a watch reports a NodeFence or Metal3Remediation change; the resources listed
+        every :data:`RESYNC_SECONDS` (and while a watch has not listed yet), between them taken
+        from the watches (:meth:`_watched`). Then cancel in-flight
         runs (the device check's too) and wait for the workers and the device check (at most
         30 s; a canceled run ends within a second, its processes killed)."""
         wake = threading.Event()
@@ -378,15 +471,30 @@ class Watcher:
                 target=self.device_checker.run, args=(stop,), name="device-check", daemon=True
             )
             checker.start()
+        watches: list[tuple[Informer, _Keys]] = []
         for crd in (NODEFENCE, METAL3REMEDIATION):
-            informer = self._informer(crd, wake)
-            threading.Thread(target=informer.run, args=(stop,), name=f"watch-{crd[2]}", daemon=True).start()
+            keys = _Keys(crd, self.metal3_selector, wake.set)
+            objects = self._watch(crd, keys)
+            if crd == NODEFENCE:
+                self.kube.watched_nodefences = objects
+            watches.append((objects.informer, keys))
+            threading.Thread(target=objects.run, args=(stop,), name=f"watch-{crd[2]}", daemon=True).start()
+        # every Node's guard facts, for the guards of a step's start (KubeIO.recent_nodes)
+        self.kube.watched_nodes = WatchedList("nodes", self.kube.core.list_node, keep=node_facts)
+        threading.Thread(
+            target=self.kube.watched_nodes.run, args=(stop,), name="watch-nodes", daemon=True
+        ).start()
         threading.Thread(
             target=self.configmaps.run, args=(stop,), name="watch-configmaps", daemon=True
         ).start()
+        listed = -RESYNC_SECONDS
         while not stop.is_set():
             try:
-                self.poll()
+                now = time.monotonic()
+                watched = self._watched(watches) if now - listed < RESYNC_SECONDS else None
+                self.poll(watched)
+                if watched is None:
+                    listed = now
             except Exception as exc:  # API unreachable etc.: keep polling
                 log.warning("listing custom resources: %s: %s", type(exc).__name__, exc)
                 self.observer.reconcile_error("Watcher", "", f"{type(exc).__name__}: {exc}")

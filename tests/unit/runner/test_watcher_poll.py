@@ -134,3 +134,17 @@ def test_the_reconciles_in_flight_are_counted_for_the_batches_idle_start() -> No
     w.gate.set()
     w.settle()
     assert w.reconciling() == 0
+
+
+def test_a_poll_given_the_watches_listing_schedules_from_it_and_lists_nothing() -> None:
+    """Between resyncs the loop hands :meth:`Watcher.poll` what the watches hold
+    (``Watcher._watched``): a new resourceVersion there starts the worker, and nothing is listed."""
+    w = _reconciled_once()
+    listed: list[int] = []
+    w._list = lambda: listed.append(1) or ({}, set())  # type: ignore[method-assign]
+    w.poll(({NF: ("11", "uid-a")}, set()))
+    w.settle()
+    assert listed == []
+    assert w.calls == [(NF, False), (NF, False)]
+    w.poll(({}, set()))  # the watch delivered its deletion
+    assert listed == [] and NF not in w._workers
