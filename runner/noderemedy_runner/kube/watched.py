@@ -42,7 +42,8 @@ def node_facts(node: Mapping[str, Any]) -> Obj:
 
 class WatchedList:
     """Every object of the collection ``list_call`` lists (keyed by namespace and name), as
-    ``keep`` trims it, kept current by :meth:`run` (a list, then a watch). ``on_reset`` and
+    ``keep`` trims it (keeping ``metadata.uid`` if it is to tell an object from one created again
+    under its name), kept current by :meth:`run` (a list, then a watch). ``on_reset`` and
     ``on_event`` (optional) are handed every list and event after they are applied, in the
     informer's thread. Thread-safe: :meth:`items` may be called from any thread."""
 
@@ -79,7 +80,11 @@ class WatchedList:
         key = self._key(obj)
         with self._lock:
             if kind == "DELETED":
-                self._items.pop(key, None)
+                # a deletion of an object since created again under its name leaves the new one
+                held = (self._items.get(key, {}).get("metadata") or {}).get("uid")
+                uid = (obj.get("metadata") or {}).get("uid")
+                if not (held and uid and held != uid):
+                    self._items.pop(key, None)
             else:
                 self._items[key] = self.keep(obj)
         if self._on_event is not None:

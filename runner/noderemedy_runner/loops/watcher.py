@@ -2,7 +2,7 @@
 
 :class:`Watcher` watches the custom resources (:class:`~noderemedy_runner.kube.informer.Informer`):
 a change wakes the loop at once, and the loop looks every ``poll_interval`` seconds for workers
-that are due. It schedules them from what the watches delivered (:class:`_Keys`), and lists the
+that are due. It schedules them from the objects the watches hold (:meth:`Watcher._watched`), and lists the
 resources themselves every :data:`RESYNC_SECONDS` (the resync, as controller-runtime's informers
 have one), or at every look while a watch has not listed yet. Listing at every look and every
 change, as before, made the loop a stream of lists of every NodeFence while a rack's NodeFences
@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,7 +39,6 @@ from noderemedy_runner.executor import RUN_NICE, Executor
 from noderemedy_runner.job_batches import JobBatchingExecutor
 from noderemedy_runner.jobs import JobExecutor, JobRuns
 from noderemedy_runner.kube.configmaps import ConfigMapCache
-from noderemedy_runner.kube.informer import Informer
 from noderemedy_runner.kube.resources import CRD, METAL3REMEDIATION, NODEFENCE, KubeIO
 from noderemedy_runner.kube.watched import WatchedList, node_facts
 from noderemedy_runner.logs import bind
@@ -59,7 +58,7 @@ log = logging.getLogger(__name__)
 Key = tuple[str, str, str]  # (kind, namespace, name)
 
 #: Seconds between full listings of the custom resources while every watch has listed them once;
-#: between them, workers are scheduled from the watches' events (:class:`_Keys`).
+#: between them, workers are scheduled from the watches' objects (:meth:`Watcher._watched`).
 RESYNC_SECONDS = 30.0
 
 
@@ -70,7 +69,7 @@ def _entry(
     and (resourceVersion, uid, being deleted: ``deletionTimestamp`` set while our finalizer holds
     it); None for a Metal3Remediation that is not opted in (``selector``:
     :func:`~noderemedy_runner.machines.metal3.opted_in`'s). The one rule of :meth:`Watcher._list`
-    and :class:`_Keys`."""
+    and :meth:`Watcher._watched`."""
     meta = obj.get("metadata") or {}
     rv, uid = str(meta.get("resourceVersion", "")), str(meta.get("uid", ""))
     if crd == NODEFENCE:
@@ -87,52 +86,6 @@ def _split(entries: Mapping[Key, tuple[str, str, bool]]) -> tuple[dict[Key, tupl
     """:func:`_entry`'s values as :meth:`Watcher.poll` takes them: key → (resourceVersion, uid),
     and the keys being deleted."""
     return {k: (rv, uid) for k, (rv, uid, _d) in entries.items()}, {k for k, e in entries.items() if e[2]}
-
-
-class _Keys:
-    """The custom resources of one kind (``crd``) as its watch delivered them (:func:`_entry`):
-    the informer's ``on_reset`` replaces them, its ``on_event`` updates one, then ``changed`` is
-    called (the watcher's wake-up). Thread-safe: the informer's thread writes, the loop reads."""
-
-    def __init__(self, crd: CRD, selector: LabelSelector | None, changed: Callable[[], None]) -> None:
-        self.crd = crd
-        self.selector = selector
-        self.changed = changed
-        self._lock = threading.Lock()
-        self._items: dict[Key, tuple[str, str, bool]] = {}
-
-    def reset(self, items: list[dict[str, Any]]) -> None:
-        """Every object of the kind, from a list."""
-        entries = (_entry(self.crd, obj, self.selector) for obj in items)
-        with self._lock:
-            self._items = dict(e for e in entries if e is not None)
-        self.changed()
-
-    def event(self, kind: str, obj: dict[str, Any]) -> None:
-        """One watch event (``kind``: ``ADDED``, ``MODIFIED`` or ``DELETED``) of ``obj``. A
-        DELETED object is dropped only when its uid is the one held (a late event of an object
-        deleted and created again under its name leaves the new one); an object no longer opted
-        in is dropped."""
-        meta = obj.get("metadata") or {}
-        entry = _entry(self.crd, obj, self.selector)
-        with self._lock:
-            if entry is not None and kind != "DELETED":
-                self._items[entry[0]] = entry[1]
-            else:
-                key: Key = (
-                    ("NodeFence", "", str(meta.get("name")))
-                    if self.crd == NODEFENCE
-                    else ("Metal3Remediation", str(meta.get("namespace")), str(meta.get("name")))
-                )
-                held = self._items.get(key)
-                if held is not None and (kind != "DELETED" or held[1] == str(meta.get("uid", ""))):
-                    del self._items[key]
-        self.changed()
-
-    def snapshot(self) -> dict[Key, tuple[str, str, bool]]:
-        """A copy of what is held now."""
-        with self._lock:
-            return dict(self._items)
 
 
 @dataclass
@@ -400,7 +353,7 @@ class Watcher:
         once its thread has ended, dropped with the reconciler's memory of the name; the new
         object then gets a worker of its own, never the old one's canceled event.
 
-        ``listing``: the resources as the watches hold them (:class:`_Keys`), in :meth:`_list`'s
+        ``listing``: the resources as the watches hold them (:meth:`_watched`), in :meth:`_list`'s
         shape; None: listed now."""
         keys, deleting = listing if listing is not None else self._list()
         now = time.monotonic()
@@ -430,11 +383,11 @@ class Watcher:
                 worker.resource_version = rv
                 self._start(key, worker)
 
-    def _watch(self, crd: CRD, keys: _Keys) -> WatchedList:
-        """A watch of every ``crd`` object that keeps ``keys`` (and through it wakes the loop) on
-        every change, so a new or changed object is reconciled at once; the loop lists the
-        objects themselves at each resync (:data:`RESYNC_SECONDS`). The NodeFences' watch also
-        serves the guards (:attr:`KubeIO.watched_nodefences
+    def _watch(self, crd: CRD, wake: threading.Event) -> WatchedList:
+        """A watch of every ``crd`` object that sets ``wake`` at every list and change, so a new or
+        changed object is reconciled at once; the loop lists the objects themselves at each
+        resync (:data:`RESYNC_SECONDS`). The NodeFences' watch also serves the guards
+        (:attr:`KubeIO.watched_nodefences
         <noderemedy_runner.kube.resources.KubeIO.watched_nodefences>`). A kind whose CRD is not
         installed is looked for again every 30 s."""
         group, version, plural, _kind = crd
@@ -442,20 +395,41 @@ class Watcher:
         def list_call(**kw: Any) -> Any:
             return self.kube.custom.list_cluster_custom_object(group, version, plural, **kw)
 
-        return WatchedList(crd[3], list_call, on_reset=keys.reset, on_event=keys.event)
+        def changed(*_: object) -> None:
+            wake.set()
 
-    @staticmethod
-    def _watched(watches: list[tuple[Informer, _Keys]]) -> tuple[dict[Key, tuple[str, str]], set[Key]] | None:
-        """The resources as the watches hold them, once every watch has listed its kind (or found
-        it not installed: none of it); None before."""
+        return WatchedList(crd[3], list_call, on_reset=changed, on_event=changed)
+
+    def _watched(
+        self, watches: Mapping[CRD, WatchedList]
+    ) -> tuple[dict[Key, tuple[str, str]], set[Key]] | None:
+        """The resources as the watches hold them (:func:`_entry` of each object), in
+        :meth:`_list`'s shape, once every watch has listed its kind (a kind not installed has
+        none); None before, and after a failed watch until it has listed again."""
         entries: dict[Key, tuple[str, str, bool]] = {}
-        for informer, keys in watches:
-            if informer.missing.is_set():
-                continue
-            if not informer.synced.is_set():
+        for crd, objects in watches.items():
+            items = objects.items()
+            if items is None:
                 return None
-            entries.update(keys.snapshot())
+            entries.update(e for e in (_entry(crd, o, self.metal3_selector) for o in items) if e is not None)
         return _split(entries)
+
+    def _start_watches(self, stop: threading.Event, wake: threading.Event) -> dict[CRD, WatchedList]:
+        """Start the watches of :meth:`run` in daemon threads: one per custom resource kind
+        (:meth:`_watch`; the NodeFences' also serve the guards), and a Node watch for the guards
+        only when none was given (``nodes``: the detector's, so a runner keeps one). Returns the
+        custom resources' watches, by kind."""
+        watches: dict[CRD, WatchedList] = {
+            crd: self._watch(crd, wake) for crd in (NODEFENCE, METAL3REMEDIATION)
+        }
+        self.kube.watched_nodefences = watches[NODEFENCE]
+        for crd, objects in watches.items():
+            threading.Thread(target=objects.run, args=(stop,), name=f"watch-{crd[2]}", daemon=True).start()
+        nodes = self.kube.watched_nodes
+        if nodes is None:  # no detector in this process: a Node watch of our own for the guards
+            nodes = self.kube.watched_nodes = WatchedList("nodes", self.kube.core.list_node, keep=node_facts)
+            threading.Thread(target=nodes.run, args=(stop,), name="watch-nodes", daemon=True).start()
+        return watches
 
     def run(self, stop: threading.Event) -> None:
         """Reconcile until ``stop`` is set: a :meth:`poll` every ``poll_interval`` seconds, and at
@@ -471,19 +445,7 @@ class Watcher:
                 target=self.device_checker.run, args=(stop,), name="device-check", daemon=True
             )
             checker.start()
-        watches: list[tuple[Informer, _Keys]] = []
-        for crd in (NODEFENCE, METAL3REMEDIATION):
-            keys = _Keys(crd, self.metal3_selector, wake.set)
-            objects = self._watch(crd, keys)
-            if crd == NODEFENCE:
-                self.kube.watched_nodefences = objects
-            watches.append((objects.informer, keys))
-            threading.Thread(target=objects.run, args=(stop,), name=f"watch-{crd[2]}", daemon=True).start()
-        # every Node's guard facts, for the guards of a step's start (KubeIO.recent_nodes)
-        self.kube.watched_nodes = WatchedList("nodes", self.kube.core.list_node, keep=node_facts)
-        threading.Thread(
-            target=self.kube.watched_nodes.run, args=(stop,), name="watch-nodes", daemon=True
-        ).start()
+        watches = self._start_watches(stop, wake)
         threading.Thread(
             target=self.configmaps.run, args=(stop,), name="watch-configmaps", daemon=True
         ).start()
